@@ -1,0 +1,39 @@
+"""Shared fixtures: 8 simulated CPU devices, one prepared data dir per session, Hydra compose helper."""
+import os
+import pathlib
+
+import jax
+
+jax.config.update("jax_num_cpu_devices", 8)  # before any JAX work in the test process
+
+import pytest  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from zoo.config import register_configs  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+register_configs()
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tensorflow_datasets"))
+
+
+@pytest.fixture
+def make_cfg(data_dir, tmp_path):
+    """make_cfg(*overrides) -> a composed train config writing into this test's tmp dir."""
+
+    def make(*overrides, config_name="train", out="run"):
+        base = [f"paths.data_dir={data_dir}", f"paths.output_dir={tmp_path / out}", "paths.compilation_cache_dir=null"]
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            return compose(config_name=config_name, overrides=base + list(overrides))
+
+    return make
+
+
+def subprocess_env(data_dir: str) -> dict:
+    env = dict(os.environ, TFDS_DATA_DIR=data_dir, ZOO_COMPILATION_CACHE="", PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    return env

@@ -1,0 +1,70 @@
+"""Every option of every config group composes and builds; bad values are refused before any JAX work."""
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from conftest import CONF
+from zoo.config import validate
+from zoo.errors import UserError
+from zoo.optim import build_optimizer
+from zoo.parallel import make_mode, select_devices
+from zoo.train import build_model
+from zoo.data import load_dataset
+
+GROUP_OPTIONS = sorted((p.parent.name, p.stem) for p in CONF.glob("*/*.yaml"))
+CATALOG = {"mnist", "fashion_mnist", "cifar10"}
+
+
+@pytest.mark.parametrize("group,option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
+def test_every_option_composes_and_builds(make_cfg, group, option):
+    overrides = [f"{group}={option}", "debug=smoke"] if group != "debug" else [f"debug={option}"]
+    if group == "model" and option == "cnn":
+        overrides.append("dataset=digits")
+    cfg = make_cfg(*overrides)
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    validate(cfg)
+    build_optimizer(cfg, total_steps=100)
+    make_mode(cfg.parallel, select_devices(cfg.parallel))
+    if cfg.dataset.name not in CATALOG:  # catalog sets are covered with mock data in test_datasets.py
+        data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+        if group != "model" and "CNN" in cfg.model._target_ and len(data.input_shape) != 3:
+            return
+        build_model(cfg, data)
+
+
+@pytest.mark.parametrize("override,setting", [
+    ("optimizer.learning_rate=0", "optimizer.learning_rate"),
+    ("optimizer.learning_rate=-1e-3", "optimizer.learning_rate"),
+    ("trainer.batch_size=0", "trainer.batch_size"),
+    ("trainer.epochs=0", "trainer.epochs"),
+    ("trainer.eval_batch_size=-4", "trainer.eval_batch_size"),
+    ("trainer.log_every=0", "trainer.log_every"),
+    ("trainer.steps_per_call=0", "trainer.steps_per_call"),
+    ("model.dropout=1.0", "model.dropout"),
+    ("parallel.mode=spmd", "parallel.mode"),
+    ("trainer.nan_check=sometimes", "trainer.nan_check"),
+])
+def test_bad_values_name_the_setting(make_cfg, override, setting):
+    cfg = make_cfg(override)
+    with pytest.raises(UserError, match=setting.replace(".", r"\.")):
+        validate(cfg)
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("trainer.epoch=3", "trainer.epoch"),  # unknown key (typo)
+    ("trainer.epochs=three", "trainer.epochs"),  # wrong type
+    ("trainer.batch_size=1.5", "trainer.batch_size"),
+    ("model=transformer", "model"),  # unknown group option
+])
+def test_schema_rejects_unknown_keys_and_wrong_types(make_cfg, override, fragment):
+    with pytest.raises(ConfigCompositionException) as err:
+        make_cfg(override)
+    text = str(err.value) + str(err.value.__cause__)
+    assert fragment in text
+
+
+def test_cnn_on_tabular_data_says_what_to_choose(make_cfg):
+    cfg = make_cfg("model=cnn", "dataset=diabetes")
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    with pytest.raises(UserError, match=r"model=cnn cannot be built for dataset=diabetes.*model=linear"):
+        build_model(cfg, data)

@@ -1,0 +1,17 @@
+"""Train a model: `python train.py model=cnn dataset=digits parallel=none` (see conf/)."""
+import hydra
+
+from zoo.cli import run_task
+from zoo.config import register_configs
+from zoo.train import train
+
+register_configs()
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="train")
+def main(cfg):
+    return run_task(train, cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""zoo: a Flax NNX model zoo driven by Hydra configs."""

@@ -1,0 +1,121 @@
+"""Structured config schema (type and key checks at compose time) and value checks before any JAX work."""
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig
+
+from zoo.errors import UserError
+
+PARALLEL_MODES = ("none", "pmap", "sharded")
+TASKS = ("classification", "regression")
+NORMALIZATIONS = ("per_feature", "global", "none")
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 30
+    max_steps: Optional[int] = None  # stop earlier than `epochs` (smoke runs)
+    batch_size: int = 64
+    eval_batch_size: int = 512
+    log_every: int = 50  # steps; the only routine host sync
+    eval_every: int = 0  # steps; 0 = evaluate only at the end
+    steps_per_call: int = 1  # K train steps per compiled call (lax.scan)
+    clip_norm: Optional[float] = None  # global-norm gradient clipping
+    nan_check: str = "log"  # "log": at log cadence; "step": every step (debug)
+    profile: bool = False
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "digits"
+    tfds_name: str = "zoo_digits"
+    embedded: bool = True
+    task: str = "classification"
+    normalize: str = "global"
+    normalize_target: bool = False
+    test_fraction: float = 0.2  # only for embedded sets, which ship without a split
+    validation_fraction: float = 0.0  # carved from train when > 0; periodic evals then use it
+    noise: float = 0.1  # synthetic_linear only
+    num_classes: Optional[int] = 10  # classification only
+    num_examples: int = 1000  # synthetic_linear only
+    num_features: int = 8  # synthetic_linear only
+
+
+@dataclass
+class ParallelConfig:
+    mode: str = "none"
+    cpu_devices: Optional[int] = None  # simulate (and use) N CPU devices
+    fsdp: bool = False  # sharded only: shard params and optimizer state along `data`
+
+
+@dataclass
+class LoggerConfig:
+    progress: bool = True
+    tensorboard: bool = True
+    plot: bool = True
+
+
+@dataclass
+class PathsConfig:
+    data_dir: str = "~/tensorflow_datasets"
+    output_dir: str = "outputs/manual"
+    compilation_cache_dir: Optional[str] = None
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    optimized_metric: Optional[str] = None  # default: test accuracy, or test loss for regression
+    model: Any = field(default_factory=dict)
+    optimizer: Any = field(default_factory=dict)
+    schedule: Any = None
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise UserError(message)
+
+
+def _positive_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def validate(cfg: DictConfig) -> None:
+    """Reject values a schema cannot express, naming the setting to change."""
+    t = cfg.trainer
+    _require(t.epochs > 0, f"trainer.epochs must be a positive integer, got {t.epochs}.")
+    _require(t.max_steps is None or t.max_steps > 0,
+             f"trainer.max_steps must be positive or null, got {t.max_steps}.")
+    _require(t.batch_size > 0, f"trainer.batch_size must be a positive integer, got {t.batch_size}.")
+    _require(t.eval_batch_size > 0,
+             f"trainer.eval_batch_size must be a positive integer, got {t.eval_batch_size}.")
+    _require(t.log_every > 0, f"trainer.log_every must be a positive number of steps, got {t.log_every}.")
+    _require(t.eval_every >= 0, f"trainer.eval_every must be >= 0 steps (0 = only at the end), got {t.eval_every}.")
+    _require(t.steps_per_call > 0, f"trainer.steps_per_call must be >= 1, got {t.steps_per_call}.")
+    _require(t.clip_norm is None or t.clip_norm > 0, f"trainer.clip_norm must be positive or null, got {t.clip_norm}.")
+    _require(t.nan_check in ("log", "step"), f"trainer.nan_check must be 'log' or 'step', got {t.nan_check!r}.")
+    lr = cfg.optimizer.get("learning_rate")
+    _require(_positive_number(lr), f"optimizer.learning_rate must be a positive number, got {lr!r}.")
+    dropout = cfg.model.get("dropout", 0.0)
+    _require(isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0,
+             f"model.dropout must be in [0, 1), got {dropout!r}.")
+    d = cfg.dataset
+    _require(d.task in TASKS, f"dataset.task must be one of {TASKS}, got {d.task!r}.")
+    _require(d.normalize in NORMALIZATIONS, f"dataset.normalize must be one of {NORMALIZATIONS}, got {d.normalize!r}.")
+    _require(0.0 < d.test_fraction < 1.0, f"dataset.test_fraction must be in (0, 1), got {d.test_fraction}.")
+    _require(0.0 <= d.validation_fraction < 1.0,
+             f"dataset.validation_fraction must be in [0, 1), got {d.validation_fraction}.")
+    p = cfg.parallel
+    _require(p.mode in PARALLEL_MODES, f"parallel.mode must be one of {PARALLEL_MODES}, got {p.mode!r}.")
+    _require(p.cpu_devices is None or p.cpu_devices > 0,
+             f"parallel.cpu_devices must be a positive integer or null, got {p.cpu_devices}.")

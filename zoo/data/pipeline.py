@@ -1,0 +1,107 @@
+"""In-memory pipeline: normalisation from train statistics, seeded epoch shuffles, padded eval batches.
+
+The stream position is the global step alone: epoch = step // steps_per_epoch, so resuming at any step
+reproduces the same batches.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from zoo.errors import UserError
+
+
+@dataclass(frozen=True)
+class Split:
+    x: np.ndarray
+    y: np.ndarray
+
+    def __len__(self):
+        return len(self.x)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    splits: dict  # name -> Split; always 'train' and 'test', 'validation' when carved
+    task: str
+    input_shape: tuple
+    out_features: int
+
+    @property
+    def eval_split(self) -> str:
+        """The split periodic evals report: validation when there is one, test otherwise."""
+        return "validation" if "validation" in self.splits else "test"
+
+
+def _normalizer(x: np.ndarray, how: str):
+    if how == "none":
+        return lambda a: a
+    axis = 0 if how == "per_feature" else None
+    mean, std = x.mean(axis=axis), x.std(axis=axis)
+    std = np.where(std > 1e-6, std, 1.0)  # constant features (e.g. blank border pixels) stay 0
+    return lambda a: ((a - mean) / std).astype(np.float32)
+
+
+def build_dataset(cfg, arrays: dict) -> Dataset:
+    """Carve validation, fit normalisation on train only, check labels against the task."""
+    x_train, y_train = arrays["train"]
+    raw = {"test": arrays["test"]}
+    if cfg.validation_fraction > 0:
+        order = np.random.default_rng(0).permutation(len(x_train))
+        n_val = max(1, int(round(len(x_train) * cfg.validation_fraction)))
+        raw["validation"] = (x_train[order[:n_val]], y_train[order[:n_val]])
+        x_train, y_train = x_train[order[n_val:]], y_train[order[n_val:]]
+    raw["train"] = (x_train, y_train)
+    norm_x = _normalizer(x_train, cfg.normalize)
+    if cfg.task == "classification":
+        out_features = cfg.num_classes
+        norm_y = lambda y: y.astype(np.int32)  # noqa: E731
+        for name, (_, y) in raw.items():
+            if y.ndim != 1 or y.min() < 0 or y.max() >= out_features:
+                raise UserError(f"labels of the {name} split must be integers in [0, {out_features}); "
+                                f"check dataset.num_classes (now {out_features}) for dataset={cfg.name}.")
+    else:
+        out_features = y_train.shape[-1]
+        norm_y = _normalizer(y_train, "per_feature" if cfg.normalize_target else "none")
+    splits = {name: Split(norm_x(x), norm_y(y)) for name, (x, y) in raw.items()}
+    return Dataset(splits, cfg.task, tuple(x_train.shape[1:]), int(out_features))
+
+
+class TrainStream:
+    """Fixed-size shuffled batches; the last partial batch of each epoch is dropped (fresh order next epoch)."""
+
+    def __init__(self, split: Split, batch_size: int, seed: int):
+        if batch_size > len(split):
+            raise UserError(f"trainer.batch_size={batch_size} is larger than the train split "
+                            f"({len(split)} examples); lower trainer.batch_size.")
+        self.split, self.batch_size, self.seed = split, batch_size, seed
+        self.steps_per_epoch = len(split) // batch_size
+        self._epoch, self._order = -1, None
+
+    def _order_for(self, epoch: int) -> np.ndarray:
+        if epoch != self._epoch:
+            self._epoch, self._order = epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.split))
+        return self._order
+
+    def position(self, step: int) -> tuple:
+        return divmod(step, self.steps_per_epoch)  # (epoch, index in epoch)
+
+    def chunk(self, step: int, k: int) -> dict:
+        """Batches for steps [step, step + k), stacked: x (k, B, ...), y (k, B, ...), mask (k, B)."""
+        indices = []
+        for s in range(step, step + k):
+            epoch, i = self.position(s)
+            indices.append(self._order_for(epoch)[i * self.batch_size:(i + 1) * self.batch_size])
+        idx = np.stack(indices)
+        return {"x": self.split.x[idx], "y": self.split.y[idx], "mask": np.ones(idx.shape, np.float32)}
+
+
+def eval_batches(split: Split, batch_size: int) -> list:
+    """Every example exactly once; the last batch is padded with mask 0 so shapes never change."""
+    n = len(split)
+    batches = []
+    for start in range(0, n, batch_size):
+        idx = np.arange(start, start + batch_size)
+        valid = idx < n
+        idx = np.where(valid, idx, 0)
+        batches.append({"x": split.x[idx], "y": split.y[idx], "mask": valid.astype(np.float32)})
+    return batches

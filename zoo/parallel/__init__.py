@@ -1,0 +1,48 @@
+"""Parallel modes choose how the same step is compiled and where batches go; nothing else changes."""
+import warnings
+
+import jax
+
+from zoo.errors import UserError
+from zoo.parallel.pmap import PmapMode
+from zoo.parallel.sharded import ShardedMode
+from zoo.parallel.single import SingleDevice
+
+
+def select_devices(cfg) -> list:
+    """Devices for this run. `cpu_devices=N` simulates N CPU devices; call before any other JAX work."""
+    n = cfg.cpu_devices
+    if n is None:
+        return jax.local_devices()
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:
+        pass  # JAX already started in this process; the devices it has decide below
+    if jax.default_backend() != "cpu":
+        warnings.warn(f"parallel.cpu_devices={n} is ignored on {jax.default_backend()}; using all local devices.")
+        return jax.local_devices()
+    devices = jax.local_devices(backend="cpu")
+    if len(devices) < n:
+        raise UserError(f"parallel.cpu_devices={n} but this process already started JAX with {len(devices)} CPU "
+                        f"device(s); lower parallel.cpu_devices or start a fresh process.")
+    return devices[:n]
+
+
+def make_mode(cfg, devices: list):
+    if cfg.mode == "none":
+        return SingleDevice(devices[:1])
+    if cfg.mode == "pmap":
+        return PmapMode(devices)
+    return ShardedMode(devices, fsdp=cfg.fsdp)
+
+
+def check_batch_divides(batch_size: int, num_devices: int) -> None:
+    if batch_size % num_devices:
+        lower = batch_size - batch_size % num_devices
+        sizes = f"{lower} or {lower + num_devices}" if lower else f"{num_devices}"
+        raise UserError(f"trainer.batch_size={batch_size} does not split evenly across {num_devices} devices; "
+                        f"use {sizes}.")
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple

@@ -1,0 +1,28 @@
+import jax
+
+
+class SingleDevice:
+    """parallel=none: plain jax.jit on one device."""
+
+    axis_name = None
+
+    def __init__(self, devices):
+        self.device = devices[0]
+        self.num_devices = 1
+
+    def prepare_model(self, model):
+        return model
+
+    def compile(self, train_chunk, eval_step, state):
+        # state and accumulators are donated: their buffers are reused in place
+        return jax.jit(train_chunk, donate_argnums=(0, 1)), jax.jit(eval_step, donate_argnums=1)
+
+    def put_state(self, tree):
+        return jax.device_put(tree, self.device)
+
+    put_replicated = put_state
+    put_chunk = put_state  # (K, B, ...)
+    put_batch = put_state  # (B, ...)
+
+    def get(self, tree):
+        return jax.device_get(tree)

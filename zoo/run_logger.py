@@ -1,0 +1,76 @@
+"""Run artifacts: metrics.jsonl, TensorBoard scalars, a progress bar, results.json and curves.png."""
+import json
+import os
+
+from tqdm import tqdm
+
+
+class RunLogger:
+    def __init__(self, out_dir: str, cfg, total_steps: int, start_step: int = 0, enabled: bool = True):
+        self.out_dir, self.enabled, self.history = out_dir, enabled, []
+        self._jsonl = self._tb = self._bar = None
+        if not enabled:  # only process 0 writes in multi-process runs
+            return
+        os.makedirs(out_dir, exist_ok=True)
+        self._jsonl = open(os.path.join(out_dir, "metrics.jsonl"), "a")
+        if cfg.tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(os.path.join(out_dir, "tensorboard"))
+        if cfg.progress:
+            self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
+        self._plot = cfg.plot
+
+    def log(self, step: int, split: str, metrics: dict) -> None:
+        record = {"step": step, "split": split, **metrics}
+        self.history.append(record)
+        if not self.enabled:
+            return
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        if self._tb is not None:
+            for name, value in metrics.items():
+                if name != "count":
+                    self._tb.add_scalar(f"{split}/{name}", value, step)
+
+    def progress(self, step: int, loss: float, examples_per_s: float) -> None:
+        if self._bar is not None:
+            self._bar.n = step
+            self._bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{examples_per_s:,.0f}", refresh=True)
+
+    def write_results(self, results: dict) -> None:
+        if not self.enabled:
+            return
+        path = os.path.join(self.out_dir, "results.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(results, f, indent=2)
+        os.replace(path + ".tmp", path)  # never a half-written results.json
+
+    def close(self, main_metric: str) -> None:
+        if not self.enabled:
+            return
+        for handle in (self._bar, self._tb, self._jsonl):
+            if handle is not None:
+                handle.close()
+        if self._plot and self.history:
+            plot_curves(self.history, main_metric, os.path.join(self.out_dir, "curves.png"))
+
+
+def plot_curves(history: list, main_metric: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, metric in zip(axes, ("loss", main_metric)):
+        for split in sorted({r["split"] for r in history}):
+            points = [(r["step"], r[metric]) for r in history if r["split"] == split and metric in r]
+            if points:
+                ax.plot(*zip(*points), marker="o" if split != "train" else None, label=split)
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

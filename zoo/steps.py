@@ -1,0 +1,64 @@
+"""One pure train step and one eval step. Parallel modes only choose how they are compiled and fed.
+
+`axis_name` is set only under pmap, where each device holds a slice of the batch: gradients and metric
+sums are then psum-med across it, so every mode computes the same global quantities.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+
+def _add(a, b):
+    return jax.tree.map(jnp.add, a, b)
+
+
+def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None):
+    def reduce(tree):
+        return jax.lax.psum(tree, axis_name) if axis_name else tree
+
+    def train_step(state, batch):
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        if axis_name:  # independent dropout masks per device slice
+            key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+
+        def loss_fn(params):
+            model = nnx.merge(graphdef, params, state.model_state, copy=True)
+            outputs = model(batch["x"], train=True, rngs=nnx.Rngs(dropout=key))
+            sums = task.sums(outputs, batch["y"], batch["mask"])
+            # local sum / global count: the psum of these gradients is the global mean gradient
+            loss = sums["loss_sum"] / reduce(sums["count"])
+            return loss, (sums, nnx.split(model, nnx.Param, ...)[2])
+
+        (_, (sums, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        grads = reduce(grads)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        new_state = state.replace(params=params, model_state=model_state, opt_state=opt_state, step=state.step + 1)
+        return new_state, reduce(sums)
+
+    def train_chunk(state, acc, batches):
+        """K ordinary steps in one compiled call; batches are stacked (K, B, ...).
+
+        Unrolled at trace time rather than lax.scan: XLA:CPU runs convolutions inside a while loop
+        ~15x slower (measured 290 ms vs 18 ms per CNN step), and K is small.
+        """
+        for i in range(jax.tree.leaves(batches)[0].shape[0]):
+            state, sums = train_step(state, jax.tree.map(lambda x: x[i], batches))
+            acc = _add(acc, sums)
+        return state, acc
+
+    def batch_sums(state, batch):
+        model = nnx.merge(graphdef, state.params, state.model_state)
+        return task.sums(model(batch["x"], train=False), batch["y"], batch["mask"])
+
+    def eval_step(state, acc, batch):
+        return _add(acc, reduce(batch_sums(state, batch)))
+
+    def zero_sums(state, batch):
+        """Zeros shaped like one batch's metric sums: the accumulator both loops start from."""
+        shapes = jax.eval_shape(batch_sums, state, batch)
+        return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)  # host: placed fresh each time
+
+    return train_chunk, eval_step, zero_sums

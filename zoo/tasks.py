@@ -1,0 +1,53 @@
+"""Losses and metrics as weighted *sums* per batch; the host divides once, so eval is exact."""
+from dataclasses import dataclass
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def classification_sums(logits, labels, mask) -> dict:
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=-1)[:, 0]
+    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+    return {"loss_sum": jnp.sum(nll * mask), "correct": jnp.sum(correct * mask), "count": jnp.sum(mask)}
+
+
+def regression_sums(predictions, targets, mask) -> dict:
+    err = predictions - targets  # (B, outputs)
+    m = mask[:, None]
+    return {
+        "loss_sum": jnp.sum(err**2 * m),  # squared error summed over outputs
+        "abs_err_sum": jnp.sum(jnp.abs(err) * m),
+        "y_sum": jnp.sum(targets * m, axis=0),  # (outputs,) for R^2 without a second pass
+        "y_sq_sum": jnp.sum(targets**2 * m, axis=0),
+        "count": jnp.sum(mask),
+    }
+
+
+def classification_metrics(sums: dict) -> dict:
+    n = float(sums["count"])
+    return {"loss": float(sums["loss_sum"]) / n, "accuracy": float(sums["correct"]) / n, "count": int(n)}
+
+
+def regression_metrics(sums: dict) -> dict:
+    n = float(sums["count"])
+    y_sum, y_sq = np.asarray(sums["y_sum"], np.float64), np.asarray(sums["y_sq_sum"], np.float64)
+    sse = float(sums["loss_sum"])
+    sst = float(np.sum(y_sq - y_sum**2 / n))
+    return {"loss": sse / n, "mse": sse / (n * y_sum.size), "mae": float(sums["abs_err_sum"]) / (n * y_sum.size),
+            "r2": 1.0 - sse / sst if sst > 0 else float("nan"), "count": int(n)}
+
+
+@dataclass(frozen=True)
+class Task:
+    sums: Callable  # (outputs, targets, mask) -> dict of sums
+    metrics: Callable  # host: dict of summed sums -> dict of floats
+    objective: str  # default metric a sweep optimises
+    direction: str  # "maximize" | "minimize"
+
+
+TASKS = {
+    "classification": Task(classification_sums, classification_metrics, "accuracy", "maximize"),
+    "regression": Task(regression_sums, regression_metrics, "loss", "minimize"),
+}

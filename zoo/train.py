@@ -1,0 +1,113 @@
+"""train(cfg) -> results: an ordinary function; train.py wraps it for Hydra and the tests call it directly."""
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import jax
+from flax import nnx
+from omegaconf import DictConfig
+
+from zoo.config import validate
+from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
+from zoo.errors import UserError
+from zoo.loop import Compiled, evaluate, fit, metric_summary, total_steps_for
+from zoo.optim import build_optimizer
+from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
+from zoo.run_logger import RunLogger
+from zoo.state import TrainState, create_state
+from zoo.steps import make_steps
+from zoo.targets import safe_instantiate
+from zoo.tasks import TASKS
+
+log = logging.getLogger("zoo")
+
+
+@dataclass
+class Run:
+    """Everything one run needs, built in data-flow order: devices -> data -> model -> state -> steps."""
+
+    data: Dataset
+    stream: TrainStream
+    host_state: TrainState  # unreplicated, as checkpoints store it
+    compiled: Compiled
+    eval_sets: dict  # split -> (device batches, example count); the periodic split first
+    total_steps: int
+
+
+def setup_compilation_cache(path) -> None:
+    if path:
+        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+def build_model(cfg: DictConfig, data: Dataset) -> nnx.Module:
+    try:
+        return safe_instantiate(cfg.model, "model", input_shape=data.input_shape, out_features=data.out_features,
+                                rngs=nnx.Rngs(params=cfg.seed))
+    except UserError as e:
+        model_name = str(cfg.model.get("_target_", "?")).rsplit(".", 1)[-1].lower()
+        raise UserError(f"model={model_name} cannot be built for dataset={cfg.dataset.name} (inputs "
+                        f"{data.input_shape}): {e}; model=linear and model=mlp take any input.") from None
+
+
+def build(cfg: DictConfig) -> Run:
+    validate(cfg)
+    mode = make_mode(cfg.parallel, select_devices(cfg.parallel))  # before JAX touches a backend
+    setup_compilation_cache(cfg.paths.compilation_cache_dir)
+    check_batch_divides(cfg.trainer.batch_size, mode.num_devices)
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    task = TASKS[data.task]
+    stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed)
+    model = mode.prepare_model(build_model(cfg, data))
+    total_steps = total_steps_for(cfg.trainer, stream.steps_per_epoch)
+    tx = build_optimizer(cfg, total_steps)
+    graphdef, host_state = create_state(model, tx, cfg.seed)
+    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, tx, mode.axis_name)
+    eval_batch_size = round_up(cfg.trainer.eval_batch_size, mode.num_devices)
+    periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
+    host_batches = {s: eval_batches(data.splits[s], eval_batch_size) for s in periodic_first}
+    train_fn, eval_fn = mode.compile(train_chunk, eval_step, host_state)
+    compiled = Compiled(mode, train_fn, eval_fn, zero_sums(host_state, host_batches["test"][0]), task)
+    eval_sets = {s: ([mode.put_batch(b) for b in batches], len(data.splits[s])) for s, batches in host_batches.items()}
+    return Run(data, stream, host_state, compiled, eval_sets, total_steps)
+
+
+def objective_of(cfg: DictConfig, results: dict, task) -> float:
+    """The number a sweeper optimises: `optimized_metric` (e.g. 'test/accuracy') or the task's default."""
+    name = cfg.optimized_metric or f"test/{task.objective}"
+    split, _, metric = name.partition("/")
+    try:
+        return float(results[split][metric])
+    except (KeyError, TypeError):
+        choices = [f"{s}/{m}" for s in ("test", "train") for m in results.get(s, {})]
+        raise UserError(f"optimized_metric={name!r} is not in the results; use one of {choices}.") from None
+
+
+def train(cfg: DictConfig) -> dict:
+    t0 = time.perf_counter()
+    run = build(cfg)
+    compiled, mode = run.compiled, run.compiled.mode
+    out_dir = cfg.paths.output_dir
+    logger = RunLogger(out_dir, cfg.logger, run.total_steps)
+    state = mode.put_state(run.host_state)
+    if cfg.trainer.profile:
+        jax.profiler.start_trace(os.path.join(out_dir, "profile"))
+    try:
+        state, train_metrics, examples_per_s = fit(state, compiled, run.stream, run.eval_sets, cfg.trainer,
+                                                   run.total_steps, logger)
+    finally:
+        if cfg.trainer.profile:
+            jax.profiler.stop_trace()
+    results = {"train": train_metrics}
+    for split, (batches, count) in run.eval_sets.items():
+        results[split] = evaluate(state, compiled, batches, count)
+        logger.log(run.total_steps, split, results[split])
+    results.update(steps=run.total_steps, wall_time_s=time.perf_counter() - t0, examples_per_s=examples_per_s,
+                   devices=mode.num_devices, parallel=cfg.parallel.mode)
+    results["objective"] = objective_of(cfg, results, compiled.task)
+    logger.write_results(results)
+    logger.close("accuracy" if run.data.task == "classification" else "r2")
+    log.info("test: %s", metric_summary(results["test"]))
+    log.info("run directory: %s", os.path.abspath(out_dir))
+    return {**results, "state": mode.get(state)}
