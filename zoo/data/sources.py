@@ -7,6 +7,8 @@ import tensorflow_datasets as tfds
 from zoo.data.embedded import BUILDERS
 from zoo.errors import UserError
 
+tfds.disable_progress_bar()
+
 
 def _embedded_kwargs(cfg) -> dict:
     kwargs = {"test_fraction": cfg.test_fraction}
@@ -23,8 +25,8 @@ def _prepare_embedded(cfg, data_dir: str) -> dict:
     try:
         os.makedirs(data_dir, exist_ok=True)
         builder.download_and_prepare(file_format="array_record")
-    except PermissionError as e:
-        raise UserError(f"paths.data_dir={data_dir} is not writable ({e.strerror}); set paths.data_dir "
+    except OSError as e:  # permission denied, a file in the way, read-only or full disk
+        raise UserError(f"paths.data_dir={data_dir} is not writable ({e.strerror or e}); set paths.data_dir "
                         "to a directory you can write.") from None
     return kwargs
 

@@ -1,0 +1,62 @@
+"""Catalog datasets through tfds.testing.mock_data; the offline failure message; embedded split contracts."""
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from zoo.data import load_dataset
+from zoo.errors import UserError
+from zoo.train import train
+
+CATALOG = [("mnist", (28, 28, 1)), ("fashion_mnist", (28, 28, 1)), ("cifar10", (32, 32, 3))]
+
+
+@pytest.mark.parametrize("name,shape", CATALOG, ids=[n for n, _ in CATALOG])
+def test_catalog_dataset_trains_on_mock_data(make_cfg, name, shape):
+    cfg = make_cfg(f"dataset={name}", "model=cnn", "debug=smoke", "trainer.batch_size=8", "trainer.max_steps=2",
+                   "trainer.eval_every=0", "model.channels=[4,8]", "model.dense=16")
+    with tfds.testing.mock_data(num_examples=24):
+        data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+        assert data.input_shape == shape and data.out_features == 10
+        assert len(data.splits["train"]) == 24 and data.splits["train"].x.dtype == np.float32
+        results = train(cfg)
+    assert results["test"]["count"] == 24 and np.isfinite(results["test"]["loss"])
+
+
+def test_catalog_dataset_offline_says_what_to_do(make_cfg, tmp_path, monkeypatch):
+    def no_network(*args, **kwargs):
+        raise ConnectionError("Failed to establish a new connection")
+
+    monkeypatch.setattr(tfds, "data_source", no_network)
+    cfg = make_cfg("dataset=mnist", f"paths.data_dir={tmp_path / 'empty'}")
+    with pytest.raises(UserError, match=r"dataset=mnist is not prepared in paths\.data_dir=.*could not be downloaded"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
+def test_embedded_splits_are_deterministic_and_disjoint(make_cfg):
+    cfg = make_cfg("dataset=digits")
+    a, b = load_dataset(cfg.dataset, cfg.paths.data_dir), load_dataset(cfg.dataset, cfg.paths.data_dir)
+    assert len(a.splits["train"]) == 1438 and len(a.splits["test"]) == 359
+    np.testing.assert_array_equal(a.splits["test"].x, b.splits["test"].x)
+    train_rows = {row.tobytes() for row in a.splits["train"].x}
+    assert sum(row.tobytes() in train_rows for row in a.splits["test"].x) < 5  # sklearn digits has a few duplicates
+
+
+def test_normalisation_uses_train_statistics_only(make_cfg):
+    cfg = make_cfg("dataset=diabetes")
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    np.testing.assert_allclose(data.splits["train"].x.mean(axis=0), 0, atol=1e-5)
+    np.testing.assert_allclose(data.splits["train"].x.std(axis=0), 1, atol=1e-4)
+    assert np.abs(data.splits["test"].x.mean(axis=0)).max() > 1e-3  # test is scaled with train's numbers
+
+
+def test_validation_split_is_carved_from_train_and_reported(make_cfg):
+    results = train(make_cfg("debug=smoke", "dataset.validation_fraction=0.1"))
+    assert results["validation"]["count"] == 144 and results["test"]["count"] == 359
+
+
+def test_unwritable_data_dir_names_the_setting(make_cfg, tmp_path):
+    blocker = tmp_path / "a_file"  # a file where a directory must go fails for root too
+    blocker.write_text("")
+    cfg = make_cfg("dataset=digits", f"paths.data_dir={blocker / 'sub'}")
+    with pytest.raises(UserError, match=r"paths\.data_dir=.* is not writable"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
