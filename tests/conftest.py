@@ -26,7 +26,9 @@ def make_cfg(data_dir, tmp_path):
     """make_cfg(*overrides) -> a composed train config writing into this test's tmp dir."""
 
     def make(*overrides, config_name="train", out="run"):
-        base = [f"paths.data_dir={data_dir}", f"paths.output_dir={tmp_path / out}", "paths.compilation_cache_dir=null"]
+        base = [f"paths.data_dir={data_dir}", "paths.compilation_cache_dir=null"]
+        if config_name == "train":
+            base.append(f"paths.output_dir={tmp_path / out}")
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
             return compose(config_name=config_name, overrides=base + list(overrides))
 

@@ -3,7 +3,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 
 from zoo.errors import UserError
 
@@ -23,7 +23,19 @@ class TrainerConfig:
     steps_per_call: int = 1  # K train steps per compiled call (lax.scan)
     clip_norm: Optional[float] = None  # global-norm gradient clipping
     nan_check: str = "log"  # "log": at log cadence; "step": every step (debug)
+    checkpoint_every: int = 0  # steps; 0 = only at the end
+    resume: str = "auto"  # auto | never | <checkpoint dir of another run>
     profile: bool = False
+
+
+@dataclass
+class CheckpointConfig:
+    enabled: bool = True
+    keep: int = 3  # newest checkpoints kept
+    keep_best: int = 1  # best checkpoints kept by `metric` on the periodic eval split
+    metric: Optional[str] = None  # default: accuracy (classification) or loss (regression)
+    mode: Optional[str] = None  # max | min; default follows the metric
+    async_save: bool = True
 
 
 @dataclass
@@ -74,11 +86,34 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+
+
+@dataclass
+class EvalTrainerConfig:
+    batch_size: Optional[int] = None  # eval batch size; None = the run's own
+
+
+@dataclass
+class EvalPathsConfig:
+    data_dir: str = "~/tensorflow_datasets"
+    compilation_cache_dir: Optional[str] = None
+
+
+@dataclass
+class EvalConfig:
+    run_dir: str = MISSING
+    checkpoint: str = "latest"  # latest | best | <step>
+    split: str = "test"
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    trainer: EvalTrainerConfig = field(default_factory=EvalTrainerConfig)
+    paths: EvalPathsConfig = field(default_factory=EvalPathsConfig)
 
 
 def register_configs() -> None:
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    ConfigStore.instance().store(name="eval_schema", node=EvalConfig)
 
 
 def _require(ok: bool, message: str) -> None:
@@ -103,6 +138,12 @@ def validate(cfg: DictConfig) -> None:
     _require(t.eval_every >= 0, f"trainer.eval_every must be >= 0 steps (0 = only at the end), got {t.eval_every}.")
     _require(t.steps_per_call > 0, f"trainer.steps_per_call must be >= 1, got {t.steps_per_call}.")
     _require(t.clip_norm is None or t.clip_norm > 0, f"trainer.clip_norm must be positive or null, got {t.clip_norm}.")
+    _require(t.checkpoint_every >= 0, f"trainer.checkpoint_every must be >= 0 steps (0 = only at the end), "
+             f"got {t.checkpoint_every}.")
+    c = cfg.checkpoint
+    _require(c.keep > 0, f"checkpoint.keep must be a positive integer, got {c.keep}.")
+    _require(c.keep_best >= 0, f"checkpoint.keep_best must be >= 0, got {c.keep_best}.")
+    _require(c.mode in (None, "max", "min"), f"checkpoint.mode must be max, min or null, got {c.mode!r}.")
     _require(t.nan_check in ("log", "step"), f"trainer.nan_check must be 'log' or 'step', got {t.nan_check!r}.")
     lr = cfg.optimizer.get("learning_rate")
     _require(_positive_number(lr), f"optimizer.learning_rate must be a positive number, got {lr!r}.")

@@ -38,26 +38,32 @@ def _check_finite(metrics: dict, step: int, last_finite) -> None:
             "optimizer.learning_rate or set trainer.clip_norm.")
 
 
-def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: int, logger, start_step: int = 0):
-    """Run steps [start_step, total_steps); log every log_every, evaluate every eval_every steps.
+def _next_boundary(step: int, total: int, *periods: int) -> int:
+    return min([total] + [(step // p + 1) * p for p in periods if p])
 
-    `eval_sets` maps split name -> (device batches, example count); the first entry is the periodic one.
-    Returns (state, last logged train metrics, examples/s).
+
+def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: int, logger, *, start_step: int = 0,
+        sums=None, save=None, stop=None):
+    """Run steps [start_step, total_steps): log every log_every, evaluate every eval_every steps.
+
+    `eval_sets` maps split -> (device batches, example count); the first entry is the periodic one.
+    `sums` (host) continues a partial metric interval after a resume. `save(step, host state, sums, metrics)`
+    runs every cfg.checkpoint_every steps and when `stop` becomes true, after which the loop returns early.
+    Returns (state, last logged train metrics, examples/s, last step run).
     """
     mode = compiled.mode
     chunk_size = 1 if cfg.nan_check == "step" else cfg.steps_per_call
     log_every = 1 if cfg.nan_check == "step" else cfg.log_every
+    checkpoint_every = cfg.checkpoint_every if save else 0
     periodic_split = next(iter(eval_sets))
-    acc = mode.put_replicated(compiled.zero_sums)
+    acc = mode.put_replicated(compiled.zero_sums if sums is None else sums)
     step, last_logged, train_metrics, last_finite = start_step, start_step, {}, None
     t_start = t_log = time.perf_counter()
     while step < total_steps:
-        boundary = min(total_steps, (step // log_every + 1) * log_every)
-        if cfg.eval_every:
-            boundary = min(boundary, (step // cfg.eval_every + 1) * cfg.eval_every)
-        k = min(chunk_size, boundary - step)
+        k = min(chunk_size, _next_boundary(step, total_steps, log_every, cfg.eval_every, checkpoint_every) - step)
         state, acc = compiled.train_chunk(state, acc, mode.put_chunk(stream.chunk(step, k)))
         step += k
+        eval_metrics = None
         if step % log_every == 0 or step == total_steps:
             train_metrics = compiled.task.metrics(mode.get(acc))  # the routine host sync
             _check_finite(train_metrics, step, last_finite)
@@ -70,14 +76,14 @@ def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: in
             t_log, last_logged = now, step
         if cfg.eval_every and step % cfg.eval_every == 0 and step < total_steps:
             batches, count = eval_sets[periodic_split]
-            logger.log(step, periodic_split, evaluate(state, compiled, batches, count))
-    wall = time.perf_counter() - t_start
-    examples_per_s = (step - start_step) * stream.batch_size / max(wall, 1e-9)
-    return state, train_metrics, examples_per_s
-
-
-def host_batches_to_device(mode, batches: list) -> list:
-    return [mode.put_batch(b) for b in batches]
+            eval_metrics = evaluate(state, compiled, batches, count)
+            logger.log(step, periodic_split, eval_metrics)
+        if save and step < total_steps and ((checkpoint_every and step % checkpoint_every == 0) or stop):
+            save(step, mode.get(state), mode.get(acc), eval_metrics)
+        if stop:
+            break
+    examples_per_s = (step - start_step) * stream.batch_size / max(time.perf_counter() - t_start, 1e-9)
+    return state, train_metrics, examples_per_s, step
 
 
 def total_steps_for(cfg, steps_per_epoch: int) -> int:

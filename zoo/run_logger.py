@@ -12,7 +12,7 @@ class RunLogger:
         if not enabled:  # only process 0 writes in multi-process runs
             return
         os.makedirs(out_dir, exist_ok=True)
-        self._jsonl = open(os.path.join(out_dir, "metrics.jsonl"), "a")
+        self._jsonl = self._open_jsonl(os.path.join(out_dir, "metrics.jsonl"), start_step, self.history)
         if cfg.tensorboard:
             from tensorboardX import SummaryWriter
 
@@ -20,6 +20,24 @@ class RunLogger:
         if cfg.progress:
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
         self._plot = cfg.plot
+
+    @staticmethod
+    def _open_jsonl(path: str, start_step: int, history: list):
+        """Keep the records up to the step a run resumes from; later ones are about to be redone."""
+        if os.path.exists(path):
+            with open(path) as f:
+                records = [json.loads(line) for line in f if line.strip()]
+            history.extend(r for r in records if r["step"] <= start_step)
+        handle = open(path, "w")
+        handle.writelines(json.dumps(r) + "\n" for r in history)
+        return handle
+
+    def last(self, split: str) -> dict:
+        """The newest record of `split`, without step and split (e.g. train metrics of a resumed run)."""
+        for record in reversed(self.history):
+            if record["split"] == split:
+                return {k: v for k, v in record.items() if k not in ("step", "split")}
+        return {}
 
     def log(self, step: int, split: str, metrics: dict) -> None:
         record = {"step": step, "split": split, **metrics}

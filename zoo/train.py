@@ -5,15 +5,19 @@ import time
 from dataclasses import dataclass
 
 import jax
+import numpy as np
 from flax import nnx
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from zoo.checkpoint import Checkpoints
 from zoo.config import validate
 from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
 from zoo.errors import UserError
-from zoo.loop import Compiled, evaluate, fit, metric_summary, total_steps_for
+from zoo.loop import Compiled, NonFiniteLoss, evaluate, fit, metric_summary, total_steps_for
 from zoo.optim import build_optimizer
 from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
+from zoo.preemption import Preempted, stop_on_signals
+from zoo.resume import checkpoint_settings, find_start
 from zoo.run_logger import RunLogger
 from zoo.state import TrainState, create_state
 from zoo.steps import make_steps
@@ -84,27 +88,63 @@ def objective_of(cfg: DictConfig, results: dict, task) -> float:
         raise UserError(f"optimized_metric={name!r} is not in the results; use one of {choices}.") from None
 
 
+def _saver(cfg: DictConfig, ckpts):
+    """save(step, host state, host sums, eval metrics): refuses non-finite params, so the latest is good."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+
+    def save(step, state, sums, eval_metrics=None, wait=False):
+        if ckpts is None or step in ckpts.steps():  # a finished run evaluated again
+            return
+        host_state = jax.device_get(state)
+        if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(host_state.params)):
+            raise NonFiniteLoss(f"parameters became non-finite by step {step}; the checkpoint was not written "
+                                "— lower optimizer.learning_rate or set trainer.clip_norm.")
+        meta = {"step": step, "metrics": eval_metrics, "config": config}
+        ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
+        if wait:
+            ckpts.wait()
+
+    return save
+
+
 def train(cfg: DictConfig) -> dict:
     t0 = time.perf_counter()
     run = build(cfg)
-    compiled, mode = run.compiled, run.compiled.mode
-    out_dir = cfg.paths.output_dir
-    logger = RunLogger(out_dir, cfg.logger, run.total_steps)
-    state = mode.put_state(run.host_state)
+    compiled, mode, out_dir = run.compiled, run.compiled.mode, cfg.paths.output_dir
+    ckpts = None
+    if cfg.checkpoint.enabled:
+        ckpts = Checkpoints(os.path.join(out_dir, "checkpoints"), **checkpoint_settings(cfg, compiled.task))
+    if ckpts is None and os.path.exists(os.path.join(out_dir, "results.json")):
+        raise UserError(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
+                        "choose a new hydra.run.dir.")
+    start_step, restored = find_start(cfg, ckpts, {"state": run.host_state, "sums": compiled.zero_sums})
+    host_state, sums = (run.host_state, None) if restored is None else (restored["state"], restored["sums"])
+    logger = RunLogger(out_dir, cfg.logger, run.total_steps, start_step=start_step)
+    save = _saver(cfg, ckpts)
+    state = mode.put_state(host_state)
     if cfg.trainer.profile:
         jax.profiler.start_trace(os.path.join(out_dir, "profile"))
     try:
-        state, train_metrics, examples_per_s = fit(state, compiled, run.stream, run.eval_sets, cfg.trainer,
-                                                   run.total_steps, logger)
+        with stop_on_signals() as stop:
+            state, train_metrics, examples_per_s, step = fit(
+                state, compiled, run.stream, run.eval_sets, cfg.trainer, run.total_steps, logger,
+                start_step=start_step, sums=sums, save=save, stop=stop)
+        if stop:
+            if ckpts:
+                ckpts.wait()
+            raise Preempted(step, stop.signum, os.path.abspath(out_dir))
+        results = {"train": train_metrics or logger.last("train")}
+        for split, (batches, count) in run.eval_sets.items():
+            results[split] = evaluate(state, compiled, batches, count)
+            logger.log(run.total_steps, split, results[split])
+        save(run.total_steps, mode.get(state), compiled.zero_sums, results[next(iter(run.eval_sets))], wait=True)
     finally:
         if cfg.trainer.profile:
             jax.profiler.stop_trace()
-    results = {"train": train_metrics}
-    for split, (batches, count) in run.eval_sets.items():
-        results[split] = evaluate(state, compiled, batches, count)
-        logger.log(run.total_steps, split, results[split])
-    results.update(steps=run.total_steps, wall_time_s=time.perf_counter() - t0, examples_per_s=examples_per_s,
-                   devices=mode.num_devices, parallel=cfg.parallel.mode)
+        if ckpts:
+            ckpts.close()
+    results.update(steps=run.total_steps, start_step=start_step, wall_time_s=time.perf_counter() - t0,
+                   examples_per_s=examples_per_s, devices=mode.num_devices, parallel=cfg.parallel.mode)
     results["objective"] = objective_of(cfg, results, compiled.task)
     logger.write_results(results)
     logger.close("accuracy" if run.data.task == "classification" else "r2")

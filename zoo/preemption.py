@@ -1,0 +1,41 @@
+"""SIGTERM / SIGINT ask the loop to stop after the current step, save, and exit; a second Ctrl-C aborts."""
+import contextlib
+import signal
+import threading
+
+from zoo.errors import UserError
+
+
+class Preempted(UserError):
+    def __init__(self, step: int, signum: int, run_dir: str):
+        self.exit_code = 128 + signum
+        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}; the checkpoint is saved — "
+                         f"resume with the same command and hydra.run.dir={run_dir}")
+
+
+class StopFlag:
+    def __init__(self):
+        self.signum = None
+
+    def __bool__(self):
+        return self.signum is not None
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    flag = StopFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag  # signal handlers can only be installed from the main thread
+        return
+
+    def handler(signum, frame):
+        if flag and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # second Ctrl-C: stop now
+        flag.signum = signum
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield flag
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -1,0 +1,72 @@
+"""Where a run starts: fresh, or from a checkpoint whose config is compatible with this one."""
+import logging
+import os
+
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.checkpoint import Checkpoints, restore_latest_good
+from zoo.errors import UserError
+
+log = logging.getLogger("zoo")
+
+# Settings that change the state's shapes or meaning; a checkpoint taken under others is refused.
+STATE_DEFINING = ("model", "dataset", "optimizer._target_", "schedule", "trainer.clip_norm")
+
+
+def _flatten(tree, prefix=""):
+    if isinstance(tree, dict):
+        out = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def changed_settings(saved: dict, current: dict) -> list:
+    old, new = _flatten(saved), _flatten(current)
+    keys = {k for k in old.keys() | new.keys() if any(k == p or k.startswith(p + ".") for p in STATE_DEFINING)}
+    return sorted(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in keys if old.get(k) != new.get(k))
+
+
+def checkpoint_settings(cfg: DictConfig, task) -> dict:
+    metric = cfg.checkpoint.metric or task.objective
+    mode = cfg.checkpoint.mode or ("min" if metric == "loss" else task.direction[:3])
+    return dict(keep=cfg.checkpoint.keep, keep_best=cfg.checkpoint.keep_best, metric=metric, mode=mode,
+                async_save=cfg.checkpoint.async_save)
+
+
+def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
+    """(step, restored tree or None). Never silently starts over an existing run."""
+    resume = cfg.trainer.resume
+    own_steps = ckpts.steps() if ckpts else []
+    if resume == "never":
+        if own_steps:
+            raise UserError(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
+                            "trainer.resume=never; choose a new hydra.run.dir or set trainer.resume=auto.")
+        return 0, None
+    if resume == "auto":
+        if not own_steps:
+            return 0, None
+        source = ckpts
+    else:
+        if not os.path.isdir(resume):
+            raise UserError(f"trainer.resume={resume} is not a checkpoint directory; use auto, never or the "
+                            "checkpoints/ directory of an earlier run.")
+        source = Checkpoints(resume, read_only=True)
+    saved_config = _newest_readable_meta(source)["config"]
+    changed = changed_settings(saved_config, OmegaConf.to_container(cfg, resolve=True))
+    if changed:
+        raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
+                        f"{'; '.join(changed)}; restore those settings or start in a new hydra.run.dir.")
+    step, tree, _ = restore_latest_good(source, target)
+    log.info("resuming from step %d of %s", step, source.directory)
+    return step, tree
+
+
+def _newest_readable_meta(ckpts: Checkpoints) -> dict:
+    for step in reversed(ckpts.steps()):
+        try:
+            return ckpts.meta(step)
+        except Exception:  # a damaged step: restore_latest_good reports and skips it
+            continue
+    raise UserError(f"no checkpoint in {ckpts.directory} has readable metadata; start in a new hydra.run.dir.")
