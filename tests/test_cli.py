@@ -1,0 +1,109 @@
+"""The commands a user types, as real subprocesses: exit codes, messages, signals, kill -9."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import ROOT, subprocess_env
+from zoo.checkpoint import Checkpoints
+from zoo.train import build, train
+
+TINY = ["model.hidden=[32]", "model.dropout=0.0", "trainer.batch_size=16", "trainer.eval_every=0",
+        "logger=quiet", "trainer.epochs=100"]
+
+
+def run(args, data_dir, timeout=120, script="train.py"):
+    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start(args, data_dir):
+    return subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_lines(path, n, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists() and sum(1 for _ in open(path)) >= n:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise TimeoutError(f"{path} never reached {n} lines")
+
+
+def test_smoke_run_help_and_cfg(data_dir, tmp_path):
+    done = run(["debug=smoke", f"hydra.run.dir={tmp_path / 'run'}"], data_dir)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["test"]["count"] == 359
+    assert (tmp_path / "run" / ".hydra" / "config.yaml").exists()
+    shown = run(["--help"], data_dir)
+    assert shown.returncode == 0 and "model: cnn, linear, mlp" in shown.stdout
+    job = run(["model=cnn", "--cfg", "job"], data_dir)
+    assert job.returncode == 0 and "_target_: zoo.models.CNN" in job.stdout
+
+
+@pytest.mark.parametrize("override,setting", [
+    ("trainer.batch_size=0", "trainer.batch_size"),
+    ("optimizer.learning_rate=-1", "optimizer.learning_rate"),
+    ("model=cnn dataset=diabetes", "model=linear"),
+])
+def test_bad_input_is_one_sentence_and_exit_2(data_dir, tmp_path, override, setting):
+    done = run([*override.split(), f"hydra.run.dir={tmp_path / 'run'}"], data_dir)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ") and setting in done.stderr
+
+
+def assert_final_checkpoint_equals_in_process_run(run_dir, make_cfg, overrides):
+    """The resumed subprocess run ends with the very parameters of an uninterrupted run."""
+    cfg = make_cfg(*overrides, out="reference")
+    reference = train(cfg)
+    target = {"state": reference["state"], "sums": build(cfg).compiled.zero_sums}
+    ckpts = Checkpoints(str(run_dir / "checkpoints"), read_only=True)
+    restored, _ = ckpts.restore(ckpts.steps()[-1], target)
+    for a, b in zip(jax.tree.leaves(restored["state"]), jax.tree.leaves(reference["state"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_sigterm_saves_and_the_same_command_resumes(data_dir, make_cfg, tmp_path):
+    args = [*TINY, "trainer.max_steps=3000", "trainer.log_every=1", "trainer.checkpoint_every=1000",
+            f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = start(args, data_dir)
+    wait_for_lines(tmp_path / "run" / "metrics.jsonl", 30, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM at step" in stderr and "resume with the same command" in stderr
+    stopped_at = Checkpoints(str(tmp_path / "run" / "checkpoints"), read_only=True).steps()[-1]
+    assert 30 <= stopped_at < 3000
+    done = run(args, data_dir)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["start_step"] == stopped_at and results["steps"] == 3000
+    assert_final_checkpoint_equals_in_process_run(tmp_path / "run", make_cfg, args[:-1])
+
+
+def test_kill_9_during_saves_leaves_only_complete_checkpoints(data_dir, make_cfg, tmp_path):
+    args = [*TINY, "trainer.max_steps=400", "trainer.log_every=1", "trainer.checkpoint_every=1",
+            "checkpoint.keep=1000", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = start(args, data_dir)
+    wait_for_lines(tmp_path / "run" / "metrics.jsonl", 40, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    ckpts = Checkpoints(str(tmp_path / "run" / "checkpoints"), read_only=True)
+    steps = ckpts.steps()
+    assert steps and steps[-1] < 400
+    target = build(make_cfg(*args[:-1], out="probe"))
+    for step in steps[-3:]:  # the newest listed ones are the ones a kill could have cut short
+        ckpts.restore(step, {"state": target.host_state, "sums": target.compiled.zero_sums})
+    done = run(args, data_dir)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["start_step"] == steps[-1]
+    assert_final_checkpoint_equals_in_process_run(tmp_path / "run", make_cfg, args[:-1])

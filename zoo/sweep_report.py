@@ -1,0 +1,221 @@
+"""Summarise a multirun directory: summary.csv, summary.md (best first, failures last) and summary.png.
+
+    python -m zoo.sweep_report multirun/2025-01-01/12-00-00
+
+A job is any directory holding .hydra/overrides.yaml; it completed if it has results.json (written by train())
+and failed if it has failure.json (written by zoo.callbacks.SweepSummary); otherwise it is unfinished.
+"""
+import csv
+import io
+import json
+import math
+import os
+import re
+import sys
+
+from omegaconf import OmegaConf
+
+MINIMIZED_METRICS = ("loss", "mse", "mae")
+STATUS_ORDER = {"completed": 0, "unfinished": 1, "failed": 2}
+
+
+def _natural(path: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
+
+
+def find_job_dirs(root: str) -> list:
+    jobs = []
+    for dirpath, dirnames, _ in os.walk(root):
+        if os.path.isfile(os.path.join(dirpath, ".hydra", "overrides.yaml")):
+            jobs.append(dirpath)
+            dirnames.clear()  # a run's own subfolders (tensorboard, checkpoints) hold no jobs
+    return sorted(jobs, key=_natural)
+
+
+def _load_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):  # missing, or a failed job's
+        return None
+
+
+def read_job(job_dir: str, root: str) -> dict:
+    overrides = [str(o) for o in OmegaConf.load(os.path.join(job_dir, ".hydra", "overrides.yaml"))]
+    row = {"job": os.path.relpath(job_dir, root), "run_dir": os.path.abspath(job_dir), "status": "unfinished",
+           "objective": None, "metrics": {}, "steps": None, "wall_time_s": None, "reason": "",
+           "overrides": overrides, "params": dict(o.split("=", 1) for o in overrides if "=" in o)}
+    results = _load_json(os.path.join(job_dir, "results.json"))
+    failure = _load_json(os.path.join(job_dir, "failure.json"))
+    if results is not None:
+        row.update(status="completed", objective=results.get("objective"), steps=results.get("steps"),
+                   wall_time_s=results.get("wall_time_s"),
+                   metrics={f"test/{k}": v for k, v in results.get("test", {}).items() if k != "count"})
+        if not _finite(row["objective"]):
+            row.update(status="failed", reason=f"objective is {row['objective']}")
+    elif failure is not None:
+        row.update(status="failed", reason=f"{failure.get('error', 'Error')}: {failure.get('reason', '')}")
+    return row
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def objective_and_direction(job_dir: str) -> tuple:
+    """('test/accuracy', 'maximize'): the sweeper's direction if it has one, else the task's or the metric's."""
+    cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "config.yaml"))
+    hydra_cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "hydra.yaml"))
+    name = OmegaConf.select(cfg, "optimized_metric")
+    if name is None:
+        from zoo.tasks import TASKS  # imports JAX; only needed when the metric is the task's default
+
+        task = TASKS[OmegaConf.select(cfg, "dataset.task", default="classification")]
+        name, direction = f"test/{task.objective}", task.direction
+    else:
+        direction = "minimize" if name.rpartition("/")[2] in MINIMIZED_METRICS else "maximize"
+    swept = OmegaConf.select(hydra_cfg, "hydra.sweeper.direction", default=None)
+    if swept is not None:
+        swept = OmegaConf.to_container(swept) if OmegaConf.is_config(swept) else swept
+        direction = str(swept[0] if isinstance(swept, list) else swept).rpartition(".")[2].lower()
+    return name, direction
+
+
+def collect(root: str) -> dict:
+    """Every job, ranked: completed best first, then unfinished, then failed; swept keys are those that vary."""
+    jobs = find_job_dirs(root)
+    name, direction = objective_and_direction(jobs[0]) if jobs else ("objective", "maximize")
+    sign = -1.0 if direction == "maximize" else 1.0
+    rows = sorted((read_job(j, root) for j in jobs), key=lambda r: (
+        STATUS_ORDER[r["status"]], sign * r["objective"] if _finite(r["objective"]) else 0.0, _natural(r["job"])))
+    keys = dict.fromkeys(k for r in rows for k in r["params"])
+    return {"root": os.path.abspath(root), "objective": name, "direction": direction, "rows": rows,
+            "best": rows[0] if rows and rows[0]["status"] == "completed" else None,
+            "params": [k for k in keys if len({r["params"].get(k) for r in rows}) > 1],
+            "metrics": list(dict.fromkeys(m for r in rows for m in r["metrics"]))}
+
+
+def _columns(s: dict) -> list:
+    return ["rank", "job", "status", "objective", *s["params"], *s["metrics"], "steps", "wall_time_s", "reason"]
+
+
+def _cells(s: dict, i: int, r: dict) -> dict:
+    return {"rank": i + 1, "job": r["job"], "status": r["status"], "objective": r["objective"],
+            **{k: r["params"].get(k, "") for k in s["params"]},
+            **{m: r["metrics"].get(m) for m in s["metrics"]}, "steps": r["steps"],
+            "wall_time_s": None if r["wall_time_s"] is None else round(r["wall_time_s"], 2), "reason": r["reason"],
+            "overrides": " ".join(r["overrides"]), "run_dir": r["run_dir"]}
+
+
+def _tmp(path: str) -> str:
+    return f"{path}.{os.getpid()}.tmp"  # parallel launchers may update the summary from several processes
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(_tmp(path), "w", newline="") as f:
+        f.write(text)
+    os.replace(_tmp(path), path)  # readers never see a half-written file
+
+
+def write_csv(s: dict, path: str) -> None:
+    buf = io.StringIO()
+    out = csv.DictWriter(buf, [*_columns(s), "overrides", "run_dir"])
+    out.writeheader()
+    out.writerows(_cells(s, i, r) for i, r in enumerate(s["rows"]))
+    _write_text(path, buf.getvalue())
+
+
+def _md(value) -> str:
+    if isinstance(value, str) and re.fullmatch(r"-?\d*\.\d+(e[-+]?\d+)?|-?\d+e[-+]?\d+", value):
+        value = float(value)  # a swept float, shortened like the metrics
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def write_markdown(s: dict, path: str) -> None:
+    rows, cols = s["rows"], _columns(s)
+    counts = {st: sum(r["status"] == st for r in rows) for st in STATUS_ORDER}
+    fixed = sorted({o for r in rows for o in r["overrides"] if o.split("=", 1)[0] not in s["params"]})
+    lines = [f"# Sweep summary: {s['root']}", "",
+             (f"Objective: `{s['objective']}` ({s['direction']}). Jobs: {len(rows)} "
+              f"({', '.join(f'{n} {st}' for st, n in counts.items() if n)})."),
+             f"Fixed overrides: `{' '.join(fixed) or 'none'}`.", "", best_text(s), "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_md(_cells(s, i, r)[c]) for c in cols) + " |" for i, r in enumerate(rows)]
+    _write_text(path, "\n".join(lines) + "\n")
+
+
+def write_plot(s: dict, path: str) -> None:
+    """Objective against each swept parameter; a log axis where positive values span a factor of 20 or more."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in s["rows"] if r["status"] == "completed"]
+    if not s["params"] or not done:
+        return
+    n = len(s["params"])
+    cols, rows = min(n, 3), math.ceil(n / 3)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False, sharey=True)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, s["params"]):
+        values = [r["params"].get(key, "") for r in done]
+        try:
+            xs = [float(v) for v in values]
+            if min(xs) > 0 and max(xs) / min(xs) >= 20:
+                ax.set_xscale("log")
+        except ValueError:  # categorical: one tick per choice
+            labels = sorted(set(values), key=_natural)
+            xs = [labels.index(v) for v in values]
+            ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
+            ax.set_xlim(-0.5, len(labels) - 0.5)
+        ax.scatter(xs, [r["objective"] for r in done], alpha=0.8)
+        ax.scatter(xs[0], done[0]["objective"], marker="*", s=200, color="tab:red", label="best")
+        ax.set_xlabel(key)
+    for row in axes:
+        row[0].set_ylabel(f"{s['objective']} ({s['direction']})")
+    axes[0][0].legend()
+    failed = sum(r["status"] == "failed" for r in s["rows"])
+    fig.suptitle(f"{len(done)} completed, {failed} failed", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(_tmp(path), format="png", dpi=100)
+    plt.close(fig)
+    os.replace(_tmp(path), path)
+
+
+def best_text(s: dict) -> str:
+    b = s["best"]
+    if b is None:
+        return "Best: none (no job completed yet)."
+    return (f"Best: job {b['job']}: {s['objective']}={b['objective']:.6g} with `{' '.join(b['overrides'])}`; "
+            f"run directory: {b['run_dir']}")
+
+
+def write_summary(root: str) -> dict:
+    s = collect(root)
+    write_csv(s, os.path.join(root, "summary.csv"))
+    write_markdown(s, os.path.join(root, "summary.md"))
+    write_plot(s, os.path.join(root, "summary.png"))
+    return s
+
+
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not os.path.isdir(args[0]):
+        print("usage: python -m zoo.sweep_report MULTIRUN_DIR  (a directory written by `python train.py -m ...`)",
+              file=sys.stderr)
+        return 2
+    if not find_job_dirs(args[0]):
+        print(f"error: no jobs under {args[0]} (a job directory holds .hydra/overrides.yaml)", file=sys.stderr)
+        return 2
+    s = write_summary(args[0])
+    print(f"{len(s['rows'])} jobs; summary written to {os.path.join(s['root'], 'summary.md')}")
+    print(best_text(s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
