@@ -5,6 +5,7 @@ import pathlib
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)  # before any JAX work in the test process
+assert len(jax.devices()) == 8  # start the backend now, so runs asking for fewer devices select, not resize
 
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402

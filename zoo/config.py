@@ -62,6 +62,15 @@ class ParallelConfig:
 
 
 @dataclass
+class DistributedConfig:
+    mode: str = "none"  # none | explicit | auto (jax.distributed.initialize() detects SLURM, MPI, ...)
+    coordinator_address: Optional[str] = None  # host:port of process 0
+    num_processes: Optional[int] = None
+    process_id: Optional[int] = None
+    timeout_s: int = 300
+
+
+@dataclass
 class LoggerConfig:
     progress: bool = True
     tensorboard: bool = True
@@ -85,6 +94,7 @@ class TrainConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -158,5 +168,7 @@ def validate(cfg: DictConfig) -> None:
              f"dataset.validation_fraction must be in [0, 1), got {d.validation_fraction}.")
     p = cfg.parallel
     _require(p.mode in PARALLEL_MODES, f"parallel.mode must be one of {PARALLEL_MODES}, got {p.mode!r}.")
+    _require(cfg.distributed.mode in ("none", "explicit", "auto"),
+             f"distributed.mode must be none, explicit or auto, got {cfg.distributed.mode!r}.")
     _require(p.cpu_devices is None or p.cpu_devices > 0,
              f"parallel.cpu_devices must be a positive integer or null, got {p.cpu_devices}.")

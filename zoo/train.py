@@ -16,6 +16,7 @@ from zoo.errors import UserError
 from zoo.loop import Compiled, NonFiniteLoss, evaluate, fit, metric_summary, total_steps_for
 from zoo.optim import build_optimizer
 from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
+from zoo.parallel.distributed import barrier, is_primary
 from zoo.preemption import Preempted, stop_on_signals
 from zoo.resume import checkpoint_settings, find_start
 from zoo.run_logger import RunLogger
@@ -55,12 +56,22 @@ def build_model(cfg: DictConfig, data: Dataset) -> nnx.Module:
                         f"{data.input_shape}): {e}; model=linear and model=mlp take any input.") from None
 
 
+def load_dataset_once(dataset_cfg, data_dir: str) -> Dataset:
+    """In multi-process runs process 0 prepares the data; the others read it once it is complete."""
+    if not is_primary():
+        barrier("dataset prepared")
+    data = load_dataset(dataset_cfg, data_dir)
+    if is_primary():
+        barrier("dataset prepared")
+    return data
+
+
 def build(cfg: DictConfig) -> Run:
     validate(cfg)
-    mode = make_mode(cfg.parallel, select_devices(cfg.parallel))  # before JAX touches a backend
+    mode = make_mode(cfg.parallel, select_devices(cfg.parallel, cfg.distributed))  # before any JAX work
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
     check_batch_divides(cfg.trainer.batch_size, mode.num_devices)
-    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
     task = TASKS[data.task]
     stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed)
     model = mode.prepare_model(build_model(cfg, data))
@@ -88,7 +99,7 @@ def objective_of(cfg: DictConfig, results: dict, task) -> float:
         raise UserError(f"optimized_metric={name!r} is not in the results; use one of {choices}.") from None
 
 
-def _saver(cfg: DictConfig, ckpts):
+def _saver(cfg: DictConfig, ckpts, stream: TrainStream):
     """save(step, host state, host sums, eval metrics): refuses non-finite params, so the latest is good."""
     config = OmegaConf.to_container(cfg, resolve=True)
 
@@ -99,7 +110,8 @@ def _saver(cfg: DictConfig, ckpts):
         if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(host_state.params)):
             raise NonFiniteLoss(f"parameters became non-finite by step {step}; the checkpoint was not written "
                                 "— lower optimizer.learning_rate or set trainer.clip_norm.")
-        meta = {"step": step, "metrics": eval_metrics, "config": config}
+        epoch, index = stream.position(step)  # informative: the step alone decides the next batch
+        meta = {"step": step, "epoch": epoch, "index": index, "metrics": eval_metrics, "config": config}
         ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
         if wait:
             ckpts.wait()
@@ -119,8 +131,8 @@ def train(cfg: DictConfig) -> dict:
                         "choose a new hydra.run.dir.")
     start_step, restored = find_start(cfg, ckpts, {"state": run.host_state, "sums": compiled.zero_sums})
     host_state, sums = (run.host_state, None) if restored is None else (restored["state"], restored["sums"])
-    logger = RunLogger(out_dir, cfg.logger, run.total_steps, start_step=start_step)
-    save = _saver(cfg, ckpts)
+    logger = RunLogger(out_dir, cfg.logger, run.total_steps, start_step=start_step, enabled=is_primary())
+    save = _saver(cfg, ckpts, run.stream)
     state = mode.put_state(host_state)
     if cfg.trainer.profile:
         jax.profiler.start_trace(os.path.join(out_dir, "profile"))

@@ -4,20 +4,29 @@ import warnings
 import jax
 
 from zoo.errors import UserError
+from zoo.parallel.distributed import init_distributed
 from zoo.parallel.pmap import PmapMode
 from zoo.parallel.sharded import ShardedMode
 from zoo.parallel.single import SingleDevice
 
 
-def select_devices(cfg) -> list:
-    """Devices for this run. `cpu_devices=N` simulates N CPU devices; call before any other JAX work."""
+def select_devices(cfg, distributed=None) -> list:
+    """Devices for this run, across all processes; call before any other JAX work.
+
+    `cpu_devices=N` simulates N CPU devices per process (a laptop can try pmap and sharded).
+    """
     n = cfg.cpu_devices
+    if n is not None:
+        try:
+            jax.config.update("jax_num_cpu_devices", n)
+        except RuntimeError:
+            pass  # JAX already started in this process; the devices it has decide below
+    if distributed is not None:
+        init_distributed(distributed)
+    if jax.process_count() > 1:
+        return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))  # contiguous per process
     if n is None:
         return jax.local_devices()
-    try:
-        jax.config.update("jax_num_cpu_devices", n)
-    except RuntimeError:
-        pass  # JAX already started in this process; the devices it has decide below
     if jax.default_backend() != "cpu":
         warnings.warn(f"parallel.cpu_devices={n} is ignored on {jax.default_backend()}; using all local devices.")
         return jax.local_devices()
@@ -29,6 +38,9 @@ def select_devices(cfg) -> list:
 
 
 def make_mode(cfg, devices: list):
+    if jax.process_count() > 1 and cfg.mode != "sharded":
+        raise UserError(f"parallel.mode={cfg.mode} runs in one process; multi-process runs need "
+                        "parallel.mode=sharded.")
     if cfg.mode == "none":
         return SingleDevice(devices[:1])
     if cfg.mode == "pmap":

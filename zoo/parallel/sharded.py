@@ -2,6 +2,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from zoo.parallel.distributed import local_rows, to_host
+
 
 class ShardedMode:
     """parallel=sharded: jax.jit over a Mesh with axis `data`; the batch is split on it, the step untouched.
@@ -44,17 +46,26 @@ class ShardedMode:
                            out_shardings=self.replicated, donate_argnums=1)
         return train, evaluate
 
+    # Every process holds the same host values (same data, same seed) and hands over only its share:
+    # the rows of the batch its devices own, or the whole array where the sharding replicates it.
+    def _put(self, x, sharding, batch_axis=None):
+        x = np.asarray(x)
+        local = x if batch_axis is None else local_rows(x, batch_axis)
+        return jax.make_array_from_process_local_data(sharding, local, x.shape)
+
     def put_state(self, tree):
-        return jax.device_put(tree, self.state_sharding(tree))
+        tree = jax.device_get(tree)
+        return jax.tree.map(lambda x, s: self._put(x, s) if s is self.replicated else jax.device_put(x, s),
+                            tree, self.state_sharding(tree))
 
     def put_replicated(self, tree):
-        return jax.device_put(tree, self.replicated)
+        return jax.tree.map(lambda x: self._put(x, self.replicated), jax.device_get(tree))
 
-    def put_chunk(self, chunk):
-        return jax.device_put(chunk, self.chunk_sharding)
+    def put_chunk(self, chunk):  # (K, B, ...)
+        return jax.tree.map(lambda x: self._put(x, self.chunk_sharding, batch_axis=1), chunk)
 
-    def put_batch(self, batch):
-        return jax.device_put(batch, self.batch_sharding)
+    def put_batch(self, batch):  # (B, ...)
+        return jax.tree.map(lambda x: self._put(x, self.batch_sharding, batch_axis=0), batch)
 
     def get(self, tree):
-        return jax.device_get(tree)
+        return jax.tree.map(to_host, tree)

@@ -1,0 +1,41 @@
+"""Two processes on localhost (gloo collectives) compute what one process computes."""
+import json
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+from conftest import ROOT, subprocess_env
+from zoo.train import train
+
+# sgd: Adam divides by sqrt(v), which magnifies reduction-order rounding in the first steps
+ARGS = ["debug=smoke", "model=cnn", "model.dropout=0.0", "optimizer=sgd", "parallel=sharded", "trainer.batch_size=32",
+        "trainer.eval_batch_size=50", "trainer.checkpoint_every=3", "trainer.log_every=1"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_equal_one(data_dir, make_cfg, tmp_path):
+    one = train(make_cfg(*ARGS, "parallel.cpu_devices=4", out="one"))
+    run_dir, port = tmp_path / "two", free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, "train.py", *ARGS, "parallel.cpu_devices=2", "distributed=explicit",
+         f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
+         f"distributed.process_id={i}", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    two = json.loads((run_dir / "results.json").read_text())
+    assert two["devices"] == 4 and two["test"]["count"] == one["test"]["count"] == 359
+    np.testing.assert_allclose(two["test"]["loss"], one["test"]["loss"], rtol=1e-5)
+    losses = lambda d: [r["loss"] for r in map(json.loads, open(d / "metrics.jsonl")) if r["split"] == "train"]  # noqa: E731
+    np.testing.assert_allclose(losses(run_dir), losses(tmp_path / "one"), rtol=1e-5)
+    # only process 0 wrote: one record per event, not two
+    assert len(losses(run_dir)) == 6
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["3", "6"]

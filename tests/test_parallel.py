@@ -1,0 +1,64 @@
+"""Every parallel mode computes what one device computes: same losses, same exact eval, any device count."""
+import json
+
+import numpy as np
+import pytest
+
+from zoo.errors import UserError
+from zoo.train import train
+
+MODELS = ["linear", "mlp", "cnn"]  # cnn carries BatchNorm: under pmap its statistics are synchronised
+MODES = [("pmap", 1), ("pmap", 2), ("pmap", 8), ("sharded", 1), ("sharded", 2), ("sharded", 8),
+         ("sharded_fsdp", 2), ("sharded_fsdp", 8)]
+# dropout 0: under pmap each device draws its own mask, which is equivalent in distribution only
+# sgd: Adam divides by sqrt(v), which magnifies reduction-order rounding in the first steps
+COMMON = ["debug=smoke", "model.dropout=0.0", "trainer.batch_size=24", "trainer.max_steps=4", "trainer.log_every=1",
+          "trainer.eval_every=0", "trainer.eval_batch_size=7", "optimizer=sgd", "checkpoint.enabled=false"]
+
+
+def mode_overrides(mode: str, devices: int) -> list:
+    name, _, fsdp = mode.partition("_")
+    return [f"parallel.mode={name}", f"parallel.cpu_devices={devices}", f"parallel.fsdp={bool(fsdp)}"]
+
+
+def train_losses(run_dir) -> list:
+    return [r["loss"] for r in map(json.loads, open(run_dir / "metrics.jsonl")) if r["split"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def references():
+    """model -> (single-device results, its train losses), computed once per model."""
+    return {}
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("mode,devices", MODES, ids=[f"{m}-{d}" for m, d in MODES])
+def test_mode_equals_single_device(make_cfg, tmp_path, references, model, mode, devices):
+    common = [f"model={model}"] + [c for c in COMMON if model != "linear" or "dropout" not in c]
+    if model not in references:
+        ref = train(make_cfg(*common, "parallel=none", out="ref"))
+        references[model] = (ref, train_losses(tmp_path / "ref"))
+    reference, reference_losses = references[model]
+    result = train(make_cfg(*common, *mode_overrides(mode, devices)))
+    assert result["devices"] == devices
+    np.testing.assert_allclose(train_losses(tmp_path / "run"), reference_losses, rtol=1e-5)
+    assert result["test"]["count"] == reference["test"]["count"] == 359
+    np.testing.assert_allclose(result["test"]["loss"], reference["test"]["loss"], rtol=1e-5)
+    assert abs(result["test"]["accuracy"] - reference["test"]["accuracy"]) <= 1 / 359  # a near-tie may flip
+
+
+@pytest.mark.parametrize("mode", ["pmap", "sharded"])
+@pytest.mark.parametrize("devices", [1, 2, 3, 8])
+def test_eval_counts_the_whole_split_on_any_device_count(make_cfg, mode, devices):
+    result = train(make_cfg(*COMMON, "trainer.max_steps=1", f"parallel.mode={mode}", f"parallel.cpu_devices={devices}"))
+    assert result["test"]["count"] == 359  # 7-example batches padded to a multiple of `devices`, masked
+
+
+def test_batch_that_does_not_split_says_the_valid_sizes(make_cfg):
+    with pytest.raises(UserError, match=r"trainer\.batch_size=100 does not split evenly across 8 devices; use 96 or 104"):
+        train(make_cfg("debug=smoke", "parallel.mode=pmap", "parallel.cpu_devices=8", "trainer.batch_size=100"))
+
+
+def test_more_devices_than_the_process_has(make_cfg):
+    with pytest.raises(UserError, match=r"parallel\.cpu_devices=16 but this process already started JAX with 8"):
+        train(make_cfg("debug=smoke", "parallel.mode=sharded", "parallel.cpu_devices=16"))

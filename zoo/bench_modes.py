@@ -1,0 +1,103 @@
+"""Steps/s and compile time per parallel mode, and the cost of checkpointing, in one process.
+
+    python -m zoo.bench_modes [--devices 8] [--steps 200] [--quick]
+
+The devices are simulated CPU devices: these figures show the modes work and what their overhead is on
+one CPU, not a speed-up. Checkpoint cost is steps/s with saves every N steps vs none, same run otherwise.
+"""
+import argparse
+import json
+import os
+import tempfile
+import time
+
+
+def _compose(overrides):
+    from hydra import compose, initialize_config_dir
+
+    from zoo.config import register_configs
+
+    register_configs()
+    conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+    with initialize_config_dir(config_dir=conf, version_base=None):
+        return compose(config_name="train", overrides=overrides)
+
+
+class _Quiet:
+    def log(self, *a, **k):
+        pass
+
+    def progress(self, *a, **k):
+        pass
+
+
+def time_mode(base: list, steps: int) -> dict:
+    """Compile time of the train chunk and steady steps/s over `steps` steps (after one warm step)."""
+    import jax
+
+    from zoo.loop import fit
+    from zoo.train import build
+
+    cfg = _compose(base + [f"trainer.max_steps={steps + 1}"])
+    run = build(cfg)
+    mode, compiled = run.compiled.mode, run.compiled
+    state, acc = mode.put_state(run.host_state), mode.put_replicated(compiled.zero_sums)
+    t0 = time.perf_counter()
+    state, acc = compiled.train_chunk(state, acc, mode.put_chunk(run.stream.chunk(0, 1)))
+    jax.block_until_ready(acc)
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state, *_ = fit(state, compiled, run.stream, run.eval_sets, cfg.trainer, steps + 1, _Quiet(), start_step=1)
+    jax.block_until_ready(state)
+    return {"compile_s": compile_s, "steps_per_s": steps / (time.perf_counter() - t0)}
+
+
+def time_checkpointing(base: list, steps: int, every: int) -> dict:
+    from zoo.train import train
+
+    rates = {}
+    for label, extra in (("off", ["checkpoint.enabled=false"]), (f"every {every}", [f"trainer.checkpoint_every={every}"])):
+        with tempfile.TemporaryDirectory() as out:
+            results = train(_compose(base + extra + [f"trainer.max_steps={steps}", f"paths.output_dir={out}"]))
+            rates[label] = results["steps"] / results["wall_time_s"]
+    return rates
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--checkpoint-every", type=int, default=50)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that every row runs")
+    parser.add_argument("--out", default="bench_modes.json")
+    args = parser.parse_args(argv)
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", args.devices)
+    except RuntimeError:
+        pass  # JAX already started (e.g. under pytest): its devices are used
+    steps = 3 if args.quick else args.steps
+    base = ["logger=quiet", "paths.compilation_cache_dir=null", "model.dropout=0.0", "trainer.batch_size=64",
+            "trainer.eval_every=0", "trainer.log_every=50", "trainer.epochs=1000", "checkpoint.enabled=false"]
+    if args.quick:
+        base += ["model.hidden=[16]"]
+    modes = {"none": ["parallel=none"], "pmap": ["parallel=pmap"], "sharded": ["parallel=sharded"],
+             "sharded+fsdp": ["parallel=sharded", "parallel.fsdp=true"]}
+    rows = {}
+    for name, overrides in modes.items():
+        rows[name] = time_mode(base + overrides + [f"parallel.cpu_devices={args.devices}"], steps)
+        print(f"{name:14s} compile {rows[name]['compile_s']:6.2f} s   {rows[name]['steps_per_s']:8.1f} steps/s",
+              flush=True)
+    ckpt = time_checkpointing([b for b in base if not b.startswith("checkpoint.")], max(steps, 2),
+                              min(args.checkpoint_every, max(steps // 2, 1)))
+    off, on = ckpt.values()
+    print(f"checkpointing   steps/s off {off:.1f}, {list(ckpt)[1]}: {on:.1f} (ratio {on / off:.2f})")
+    result = {"devices": args.devices, "steps": steps, "modes": rows, "checkpointing": ckpt}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    main()
