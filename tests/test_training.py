@@ -85,3 +85,13 @@ def test_linear_regression_recovers_synthetic_weights(make_cfg):
     w, b = synthetic_linear_params(cfg.dataset.num_features)
     np.testing.assert_allclose(np.asarray(params["dense"]["kernel"][...]), w, atol=1e-2)
     np.testing.assert_allclose(np.asarray(params["dense"]["bias"][...]), b, atol=1e-2)
+
+
+def test_steps_per_call_changes_nothing_but_speed(make_cfg, tmp_path):
+    base = ["debug=smoke", "model=mlp", "model.dropout=0.1", "trainer.max_steps=20", "trainer.log_every=10",
+            "trainer.eval_every=10"]
+    one = train(make_cfg(*base, "trainer.steps_per_call=1", out="k1"))
+    five = train(make_cfg(*base, "trainer.steps_per_call=5", out="k5"))
+    np.testing.assert_allclose(five["test"]["loss"], one["test"]["loss"], rtol=1e-6)
+    losses = lambda d: [r["loss"] for r in read_jsonl(tmp_path / d / "metrics.jsonl") if r["split"] == "train"]  # noqa: E731
+    np.testing.assert_allclose(losses("k5"), losses("k1"), rtol=1e-6)

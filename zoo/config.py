@@ -20,7 +20,7 @@ class TrainerConfig:
     eval_batch_size: int = 512
     log_every: int = 50  # steps; the only routine host sync
     eval_every: int = 0  # steps; 0 = evaluate only at the end
-    steps_per_call: int = 1  # K train steps per compiled call (lax.scan)
+    steps_per_call: Optional[int] = None  # K train steps per compiled call; None: 10, or 1 for convnets on CPU
     clip_norm: Optional[float] = None  # global-norm gradient clipping
     nan_check: str = "log"  # "log": at log cadence; "step": every step (debug)
     checkpoint_every: int = 0  # steps; 0 = only at the end
@@ -146,7 +146,8 @@ def validate(cfg: DictConfig) -> None:
              f"trainer.eval_batch_size must be a positive integer, got {t.eval_batch_size}.")
     _require(t.log_every > 0, f"trainer.log_every must be a positive number of steps, got {t.log_every}.")
     _require(t.eval_every >= 0, f"trainer.eval_every must be >= 0 steps (0 = only at the end), got {t.eval_every}.")
-    _require(t.steps_per_call > 0, f"trainer.steps_per_call must be >= 1, got {t.steps_per_call}.")
+    _require(t.steps_per_call is None or t.steps_per_call > 0,
+             f"trainer.steps_per_call must be >= 1 or null (automatic), got {t.steps_per_call}.")
     _require(t.clip_norm is None or t.clip_norm > 0, f"trainer.clip_norm must be positive or null, got {t.clip_norm}.")
     _require(t.checkpoint_every >= 0, f"trainer.checkpoint_every must be >= 0 steps (0 = only at the end), "
              f"got {t.checkpoint_every}.")

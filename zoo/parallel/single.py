@@ -21,8 +21,10 @@ class SingleDevice:
         return jax.device_put(tree, self.device)
 
     put_replicated = put_state
-    put_chunk = put_state  # (K, B, ...)
-    put_batch = put_state  # (B, ...)
+    put_batch = put_state  # (B, ...): eval batches are placed once
+
+    def put_chunk(self, chunk):  # (K, B, ...)
+        return chunk  # numpy straight into the jitted call: ~7 us per array against ~70 us for device_put
 
     def get(self, tree):
         return jax.device_get(tree)

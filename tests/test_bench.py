@@ -1,0 +1,64 @@
+"""The speed benchmark runs end to end and reports every row; it asserts no speed (that is docs/benchmarks.md)."""
+import json
+import math
+import subprocess
+import sys
+
+import jax
+import pytest
+from flax import nnx
+
+from conftest import ROOT, subprocess_env
+from zoo.bench import SECTIONS, expected_row_ids
+from zoo.bench_reference import MODELS
+from zoo.bench_util import QUICK, Sizes
+from zoo.data import load_dataset
+from zoo.train import build_model
+
+
+def test_quick_benchmark_reports_every_row(data_dir, tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "zoo.bench", "--quick", "--out", str(out), "--data-dir", data_dir,
+           "--work-dir", str(tmp_path / "work")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    ids = [r["id"] for r in result["rows"]]
+    assert ids == expected_row_ids(QUICK, SECTIONS) == result["expected_rows"]
+    for r in result["rows"]:
+        assert f"| {r['id']} " in proc.stdout  # the printed table has the row too
+        assert {"value", "spread", "unit", "target", "met", "note"} <= set(r)
+        if r["value"] is not None and not r["id"].startswith("time_to_accuracy/"):
+            assert math.isfinite(r["value"]) and r["value"] > 0, r
+    assert result["meta"]["quick"] and result["meta"]["devices"]
+
+
+def test_full_benchmark_covers_the_issue():
+    ids = expected_row_ids(Sizes(), SECTIONS)
+    for k in (1, 2, 4, 8, 16):
+        assert f"chunking/linear/K={k}" in ids and f"chunking/mlp/K={k}" in ids
+    for kind in ("mlp", "cnn", "linear"):
+        assert f"step_ratio/{kind}" in ids and f"compile/{kind}/train" in ids and f"compile/{kind}/eval" in ids
+
+
+@pytest.mark.parametrize("kind,dataset,overrides", [
+    ("mlp", "digits", ["model.hidden=[512,512]"]),
+    ("cnn", "digits", []),
+    ("linear", "diabetes", []),
+])
+def test_reference_has_the_zoo_architecture(make_cfg, kind, dataset, overrides):
+    """Same parameter and BatchNorm-statistic shapes: the step ratio compares equal work."""
+    cfg = make_cfg(f"model={kind}", f"dataset={dataset}", *overrides)
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    model = nnx.eval_shape(lambda: build_model(cfg, data))
+    hidden = (cfg.model.dense,) if kind == "cnn" else tuple(cfg.model.get("hidden", ()))
+    init = MODELS[kind][0]
+    params, stats = jax.eval_shape(lambda: init(jax.random.key(0), data.input_shape, data.out_features, hidden=hidden,
+                                                cnn_channels=tuple(cfg.model.get("channels", ()))))
+
+    def shapes(tree):
+        return sorted(tuple(x.shape) for x in jax.tree.leaves(tree))
+
+    assert shapes(params) == shapes(nnx.state(model, nnx.Param))
+    assert shapes(stats) == shapes(nnx.state(model, nnx.BatchStat))
