@@ -79,7 +79,8 @@ def main(argv=None) -> dict:
         pass  # JAX already started (e.g. under pytest): its devices are used
     steps = 3 if args.quick else args.steps
     base = ["logger=quiet", "paths.compilation_cache_dir=null", "model.dropout=0.0", "trainer.batch_size=64",
-            "trainer.eval_every=0", "trainer.log_every=50", "trainer.epochs=1000", "checkpoint.enabled=false"]
+            "trainer.eval_every=0", "trainer.log_every=50", "trainer.epochs=1000", "checkpoint.enabled=false",
+            "trainer.steps_per_call=1"]  # the first call below compiles the only chunk shape
     if args.quick:
         base += ["model.hidden=[16]"]
     modes = {"none": ["parallel=none"], "pmap": ["parallel=pmap"], "sharded": ["parallel=sharded"],

@@ -53,7 +53,7 @@ def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: in
     Returns (state, last logged train metrics, examples/s, last step run).
     """
     mode = compiled.mode
-    chunk_size = 1 if cfg.nan_check == "step" else compiled.steps_per_call
+    chunk_size = 1 if cfg.nan_check == "step" else (cfg.steps_per_call or compiled.steps_per_call)
     log_every = 1 if cfg.nan_check == "step" else cfg.log_every
     checkpoint_every = cfg.checkpoint_every if save else 0
     eval_every = cfg.eval_every  # config reads cost ~14 us each: keep them out of the step loop
