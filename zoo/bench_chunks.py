@@ -5,7 +5,7 @@ import time
 import jax
 from omegaconf import OmegaConf
 
-from zoo.bench_reference import naive_loop
+from zoo.bench_reference import DROPOUT, naive_loop
 from zoo.bench_steps import LOGGING, reference_for
 from zoo.bench_util import compose_cfg, interleave, median, ratios, row
 from zoo.loop import fit
@@ -17,7 +17,7 @@ def chunk_overrides(kind: str, sizes) -> list:
     if kind == "linear":  # batch 32 on diabetes
         return ["model=linear", "dataset=diabetes", "trainer.batch_size=32", "trainer.eval_every=0", *LOGGING]
     return ["model=mlp", f"model.hidden=[{','.join(map(str, sizes.chunk_mlp_hidden))}]", "dataset=digits",
-            "trainer.eval_every=0", *LOGGING]  # conf/trainer/default.yaml batch size
+            f"model.dropout={DROPOUT}", "trainer.eval_every=0", *LOGGING]  # conf/trainer/default.yaml batch size
 
 
 def chunk_benchmarks(kind: str, sizes, where) -> list:

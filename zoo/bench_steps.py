@@ -7,7 +7,7 @@ import time
 import jax
 import optax
 
-from zoo.bench_reference import make_reference
+from zoo.bench_reference import DROPOUT, make_reference
 from zoo.bench_util import compose_cfg, interleave, median, per_step, ratios, row, synthetic_images
 from zoo.loop import fit
 from zoo.run_logger import RunLogger
@@ -21,8 +21,9 @@ def case_overrides(kind: str, sizes) -> list:
     if kind == "linear":
         return ["model=linear", "dataset=diabetes", *common]
     if kind == "mlp":
-        return ["model=mlp", f"model.hidden=[{','.join(map(str, sizes.mlp_hidden))}]", "dataset=digits", *common]
-    return ["model=cnn", f"model.channels=[{','.join(map(str, sizes.cnn_channels))}]",
+        return ["model=mlp", f"model.hidden=[{','.join(map(str, sizes.mlp_hidden))}]", "dataset=digits",
+                f"model.dropout={DROPOUT}", *common]
+    return ["model=cnn", f"model.channels=[{','.join(map(str, sizes.cnn_channels))}]", f"model.dropout={DROPOUT}",
             f"model.dense={sizes.cnn_dense}", "dataset=digits", *common]
 
 

@@ -1,10 +1,12 @@
 """Orbax checkpoints: the unreplicated train state (+ partial metric sums) and JSON metadata per step.
 
 Orbax writes each step into a temporary directory and renames it when complete, so a save cut short
-(kill -9, full disk) is never listed as a step.
+(kill -9, full disk) is never listed as a step: the previous one stays the latest.
 """
+import errno
 import logging
 import os
+import sys
 
 import jax
 import numpy as np
@@ -14,6 +16,39 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 from zoo.errors import UserError
 
 log = logging.getLogger("zoo")
+
+
+def _quiet_closed_loop_callbacks() -> None:
+    """A failed orbax read or write abandons its asyncio loop while tensorstore still holds callbacks into
+    it; each later prints 'RuntimeError: Event loop is closed' as a traceback. They carry no information."""
+    previous = sys.unraisablehook
+    if getattr(previous, "zoo_filter", False):
+        return
+
+    def hook(unraisable):
+        if not (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook.zoo_filter = True
+    sys.unraisablehook = hook
+
+
+def _io_reason(err: BaseException):
+    """'no space left on device' etc. when `err` (or its cause) is a file-system failure, else None."""
+    while err is not None:
+        text = str(err)
+        if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "No space left on device" in text:
+            return "no space left on device"
+        if isinstance(err, OSError):
+            return err.strerror or text
+        if "os_error_code" in text or text.startswith(("RESOURCE_EXHAUSTED", "PERMISSION_DENIED")):
+            return text.splitlines()[0][:200]
+        err = err.__cause__ or err.__context__
+    return None
+
+
+class StateMismatch(UserError):
+    """The checkpoint holds a state of another structure or shapes than the run restoring it: not damage."""
 
 
 class Checkpoints:
@@ -29,15 +64,37 @@ class Checkpoints:
                                                create=not read_only, read_only=read_only,
                                                cleanup_tmp_directories=not read_only)  # leftovers of killed saves
         self.metric, self.mode = metric, mode
-        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+        self._pending, self._failed = None, False  # step written in the background; a write already failed
+        _quiet_closed_loop_callbacks()
+        try:
+            self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+        except OSError as e:  # a file in the way, read-only file system
+            raise UserError(f"cannot create checkpoints in {self.directory} ({e.strerror or e}); choose a "
+                            "writable hydra.run.dir (or paths.output_dir).") from None
 
     def steps(self) -> list:
         return sorted(self.manager.all_steps())
 
     def save(self, step: int, tree, meta: dict, metrics: dict | None = None) -> None:
         """`tree` must be host (unreplicated) arrays; writing continues in the background."""
+        self.wait()  # orbax waits for the previous write anyway; waiting here reports its failure under its step
         args = ocp.args.Composite(state=ocp.args.StandardSave(tree), meta=ocp.args.JsonSave(meta))
-        self.manager.save(step, args=args, metrics=metrics, force=True)
+        self._surface_errors(lambda: self.manager.save(step, args=args, metrics=metrics, force=True), step)
+        self._pending = step
+
+    def _surface_errors(self, fn, step) -> None:
+        """Run fn; a full disk or refused write becomes one sentence that says what is kept."""
+        try:
+            fn()
+        except Exception as e:
+            reason = _io_reason(e)
+            if reason is None:
+                raise
+            self._failed = True
+            kept = [s for s in self.steps() if s != step]
+            latest = f"step {kept[-1]} stays the latest checkpoint" if kept else "no earlier checkpoint exists"
+            raise UserError(f"could not write checkpoint step {step} in {self.directory} ({reason}); {latest} — "
+                            "free space there and rerun the same command to resume.") from None
 
     def meta(self, step: int) -> dict:
         return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
@@ -49,12 +106,13 @@ class Checkpoints:
         try:
             restored = self.manager.restore(step, args=args)
         except Exception as e:  # truncated files, changed structure: orbax raises many types
-            raise UserError(f"checkpoint step {step} in {self.directory} cannot be restored "
-                            f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}).") from None
+            error = StateMismatch if "tree structures do not match" in str(e) else UserError
+            raise error(f"checkpoint step {step} in {self.directory} cannot be restored "
+                        f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}).") from None
         expected = [(np.shape(x), np.result_type(x)) for x in jax.tree.leaves(target)]
         found = [(np.shape(x), np.result_type(x)) for x in jax.tree.leaves(restored.state)]
         if expected != found:  # orbax restores numpy targets without checking shapes
-            raise UserError(f"checkpoint step {step} in {self.directory} holds arrays of other shapes than this "
+            raise StateMismatch(f"checkpoint step {step} in {self.directory} holds arrays of other shapes than this "
                             "run's model and optimizer; restore the settings it was trained with.")
         return restored.state, restored.meta
 
@@ -66,10 +124,18 @@ class Checkpoints:
         return (max if self.mode == "max" else min)(scored)[1]
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        self._surface_errors(self.manager.wait_until_finished, self._pending)
+        self._surface_errors(self.manager.check_for_errors, self._pending)
 
     def close(self) -> None:
-        self.manager.close()
+        """Finish background writes; after a write failure was reported, only release what can be released."""
+        if not self._failed:
+            self._surface_errors(self.manager.close, self._pending)
+            return
+        try:
+            self.manager.close()
+        except Exception:  # the same failure again; it is already on its way to the user
+            pass
 
 
 def restore_latest_good(ckpts: Checkpoints, target):
@@ -78,6 +144,9 @@ def restore_latest_good(ckpts: Checkpoints, target):
     for step in reversed(steps):
         try:
             return step, *ckpts.restore(step, target)
+        except StateMismatch:
+            raise  # all steps of a run share one structure: an older one would not fit either
         except UserError as e:
             log.warning("%s Falling back to the previous checkpoint.", e)
-    raise UserError(f"no checkpoint in {ckpts.directory} can be restored (tried steps {steps}).")
+    raise UserError(f"no checkpoint in {ckpts.directory} can be restored (tried steps {steps}); start in a new "
+                    "hydra.run.dir.")

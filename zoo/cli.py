@@ -1,15 +1,64 @@
-"""The thin layer between Hydra and train()/evaluate(): user mistakes become one sentence and exit code 2."""
+"""The thin layer between Hydra and train()/evaluate(): user mistakes become one sentence and an exit code.
+
+Exit codes: 0 done, 1 Hydra refused the command line (its own message) or an unexpected I/O error, 2 a
+setting to change (zoo.errors.UserError), 128+N stopped by signal N (130: Ctrl-C). docs/errors.md lists them all.
+`HYDRA_FULL_ERROR=1` shows the traceback behind any of them.
+"""
 import logging
+import os
 import sys
+import tempfile
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
-from zoo.errors import UserError
+from zoo.errors import Interrupted, UserError
 
 
 def _in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _full_errors() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def unwritable_reason(path: str):
+    """None if `path` is (made) a directory we can write a file into, else why not ('Not a directory', ...)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            return None
+    except OSError as e:  # a file in the way, no permission, read-only or full file system
+        return e.strerror or str(e)
+
+
+def check_writable(path: str, setting: str) -> None:
+    reason = unwritable_reason(path)
+    if reason:
+        raise UserError(f"{setting}={path} is not writable ({reason}); set {setting} to a directory you can write.")
+
+
+class RunDirCheck(Callback):
+    """Hydra creates the run directory before the task starts and reports a failure as a traceback; this
+    callback (conf: hydra.callbacks.run_dir_check) checks it first and exits with one sentence instead."""
+
+    def on_run_start(self, config, **kwargs) -> None:
+        # ${now:...} is a cached resolver on this very config object, so Hydra then uses the same directory.
+        _exit_if_unwritable(config.hydra.run.dir, "hydra.run.dir")
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
+
+
+def _exit_if_unwritable(path: str, setting: str) -> None:
+    try:
+        check_writable(path, setting)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
 
 
 def run_task(fn, cfg):
@@ -17,9 +66,37 @@ def run_task(fn, cfg):
     for noisy in ("absl", "jax"):  # library chatter (TPU probing, orbax internals) stays out of run logs
         logging.getLogger(noisy).setLevel(logging.ERROR)
     try:
+        output_dir = OmegaConf.select(cfg, "paths.output_dir")  # train only; eval checks its run_dir itself
+        if output_dir:
+            check_writable(output_dir, "paths.output_dir")
         return fn(cfg)["objective"]
     except UserError as e:
         if _in_multirun():
+            if isinstance(e, Interrupted):
+                raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial
             raise  # the sweeper records the trial as failed and goes on
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(getattr(e, "exit_code", 2))
+        _exit(str(e), e.exit_code, hard=isinstance(e, Interrupted))
+    except KeyboardInterrupt:  # outside the train loop (which saves on the first Ctrl-C) or a second Ctrl-C
+        if _in_multirun() or _full_errors():
+            raise
+        _exit("interrupted by Ctrl-C; checkpoints already written are kept and the same command resumes "
+              "from the newest one.", 130, hard=True)
+    except OSError as e:  # the file system refused a write the checks above could not foresee
+        if _in_multirun() or _full_errors() or not e.filename:
+            raise
+        _exit(f"{e.strerror or e}: {e.filename}; free space there or choose another hydra.run.dir / "
+              "paths.data_dir.", 1)
+
+
+def _exit(message: str, code: int, hard: bool = False):
+    print(f"error: {message}", file=sys.stderr)
+    (_hard_exit if hard else sys.exit)(code)
+
+
+def _hard_exit(code: int):
+    """Exit without finalising Python: after Ctrl-C cut a compilation or a writer thread short, finalising
+    can crash (a segfault instead of exit code 130). Tests replace this function."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)

@@ -3,12 +3,16 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from zoo.errors import UserError
+from zoo.targets import check_targets
 
 PARALLEL_MODES = ("none", "pmap", "sharded")
+MAX_CPU_DEVICES = 512  # simulated devices cost memory and start-up time; beyond this a typo is likelier than intent
 TASKS = ("classification", "regression")
+METRICS = {"classification": ("loss", "accuracy", "count"),  # what zoo.tasks reports per split
+           "regression": ("loss", "mse", "mae", "r2", "count")}
 NORMALIZATIONS = ("per_feature", "global", "none")
 
 
@@ -135,8 +139,19 @@ def _positive_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
+def _check_known_keys(cfg: DictConfig) -> None:
+    """Hydra's own hint for a misspelt key is `+key=value`, which adds it unchecked; refuse it here instead."""
+    schema = OmegaConf.structured(TrainConfig)
+    typed = [k for k, v in schema.items() if isinstance(v, DictConfig) and OmegaConf.get_type(v) is not dict]
+    for prefix, node, known in [("", cfg, schema)] + [(f"{k}.", cfg.get(k), schema[k]) for k in typed]:
+        extra = sorted(set(node or ()) - set(known))
+        _require(not extra, f"{prefix}{extra[0] if extra else ''} is not a setting; remove it or fix its spelling "
+                 f"(settings {'of ' + prefix[:-1] if prefix else 'at the top level'}: {', '.join(known)}).")
+
+
 def validate(cfg: DictConfig) -> None:
     """Reject values a schema cannot express, naming the setting to change."""
+    _check_known_keys(cfg)
     t = cfg.trainer
     _require(t.epochs > 0, f"trainer.epochs must be a positive integer, got {t.epochs}.")
     _require(t.max_steps is None or t.max_steps > 0,
@@ -167,9 +182,53 @@ def validate(cfg: DictConfig) -> None:
     _require(0.0 < d.test_fraction < 1.0, f"dataset.test_fraction must be in (0, 1), got {d.test_fraction}.")
     _require(0.0 <= d.validation_fraction < 1.0,
              f"dataset.validation_fraction must be in [0, 1), got {d.validation_fraction}.")
+    _require(d.task != "classification" or (isinstance(d.num_classes, int) and d.num_classes >= 2),
+             f"dataset.num_classes must be an integer >= 2 for classification, got {d.num_classes}.")
+    _require(d.num_examples > 0 and d.num_features > 0 and d.noise >= 0,
+             "dataset.num_examples and dataset.num_features must be positive and dataset.noise >= 0, got "
+             f"{d.num_examples}, {d.num_features}, {d.noise}.")
     p = cfg.parallel
     _require(p.mode in PARALLEL_MODES, f"parallel.mode must be one of {PARALLEL_MODES}, got {p.mode!r}.")
     _require(cfg.distributed.mode in ("none", "explicit", "auto"),
              f"distributed.mode must be none, explicit or auto, got {cfg.distributed.mode!r}.")
-    _require(p.cpu_devices is None or p.cpu_devices > 0,
-             f"parallel.cpu_devices must be a positive integer or null, got {p.cpu_devices}.")
+    _require(p.cpu_devices is None or 0 < p.cpu_devices <= MAX_CPU_DEVICES,
+             f"parallel.cpu_devices must be between 1 and {MAX_CPU_DEVICES} (or null), got {p.cpu_devices}.")
+    for group in ("model", "optimizer", "schedule"):  # before any of them is instantiated
+        check_targets(cfg[group], group)
+    _validate_model(cfg.model)
+    _validate_metrics(cfg)
+
+
+def _positive_ints(value) -> bool:
+    return isinstance(value, (list, tuple, ListConfig)) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+
+
+def _validate_model(m: DictConfig) -> None:
+    """Sizes the model constructors would otherwise reject deep inside JAX, or accept and then fail to train."""
+    if "hidden" in m:
+        _require(_positive_ints(m.hidden), f"model.hidden must be a list of positive layer widths, got {m.hidden}.")
+    if "channels" in m:
+        _require(_positive_ints(m.channels) and len(m.channels) > 0,
+                 f"model.channels must be a non-empty list of positive channel counts, got {m.channels}.")
+    if "dense" in m:
+        _require(_positive_ints([m.dense]), f"model.dense must be a positive integer, got {m.dense}.")
+    if "activation" in m:
+        import jax.nn  # the module only; no backend starts
+
+        _require(isinstance(m.activation, str) and callable(getattr(jax.nn, m.activation, None)),
+                 f"model.activation must name a function in jax.nn (relu, gelu, tanh, ...), got {m.activation!r}.")
+
+
+def _validate_metrics(cfg: DictConfig) -> None:
+    """Metric names are checked now, not after a whole run has trained."""
+    task, has_validation = cfg.dataset.task, cfg.dataset.validation_fraction > 0
+    if cfg.optimized_metric is not None:
+        split, _, metric = str(cfg.optimized_metric).partition("/")
+        splits = ("test", "train", "validation") if has_validation else ("test", "train")
+        choices = [f"{s}/{m}" for s in splits for m in METRICS[task]]
+        _require(split in splits and metric in METRICS[task],
+                 f"optimized_metric={cfg.optimized_metric} is not a result of a {task} run; use one of {choices}.")
+    metric = cfg.checkpoint.metric
+    _require(metric is None or metric in METRICS[task],
+             f"checkpoint.metric={metric} is not a {task} metric; use one of {list(METRICS[task])} or null.")

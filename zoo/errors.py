@@ -1,5 +1,16 @@
-"""The one exception type for user mistakes: reported as a sentence, never as a traceback."""
+"""The exception types for user mistakes: reported as one sentence and an exit code, never as a traceback.
+
+Every message the zoo prints is catalogued, with the input that causes it, in docs/errors.md.
+"""
 
 
 class UserError(Exception):
     """A setting, file or directory the user must change; the message names it."""
+
+    exit_code = 2
+
+
+class Interrupted(UserError):
+    """Ctrl-C at a moment where nothing half-done is kept (e.g. while a dataset is being prepared)."""
+
+    exit_code = 130  # 128 + SIGINT, what shells report for Ctrl-C

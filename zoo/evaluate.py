@@ -6,6 +6,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints
+from zoo.cli import unwritable_reason
 from zoo.config import TrainConfig
 from zoo.errors import UserError
 from zoo.loop import evaluate as eval_loop, metric_summary
@@ -13,6 +14,14 @@ from zoo.resume import checkpoint_settings
 from zoo.targets import check_targets
 
 log = logging.getLogger("zoo")
+
+
+def _check_command(cfg: DictConfig) -> None:
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise UserError("run_dir is required: python eval.py run_dir=outputs/<date>/<time> (a training run's "
+                        "directory).")
+    if cfg.trainer.batch_size is not None and cfg.trainer.batch_size <= 0:
+        raise UserError(f"trainer.batch_size must be a positive integer or null, got {cfg.trainer.batch_size}.")
 
 
 def _open_checkpoints(run_dir: str) -> Checkpoints:
@@ -57,7 +66,10 @@ def saved_train_config(ckpts: Checkpoints, step: int, cfg: DictConfig) -> DictCo
     except Exception as e:
         raise UserError(f"checkpoint step {step} in {ckpts.directory} has unreadable metadata ({e}).") from None
     train_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
-    check_targets(train_cfg, where=f"the config saved in {ckpts.directory}")  # before anything is instantiated
+    try:
+        check_targets(train_cfg)  # before anything is instantiated
+    except UserError as e:
+        raise UserError(f"the config saved in {ckpts.directory} is refused: {e}") from None
     train_cfg.parallel = cfg.parallel
     train_cfg.paths.data_dir = cfg.paths.data_dir
     train_cfg.paths.compilation_cache_dir = cfg.paths.compilation_cache_dir
@@ -69,7 +81,13 @@ def saved_train_config(ckpts: Checkpoints, step: int, cfg: DictConfig) -> DictCo
 def evaluate(cfg: DictConfig) -> dict:
     from zoo.train import build
 
+    _check_command(cfg)
     ckpts = _open_checkpoints(cfg.run_dir)
+    out_dir = os.path.join(cfg.run_dir, "eval")
+    reason = unwritable_reason(out_dir)  # now, not after the whole evaluation
+    if reason:
+        raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): eval results go to its eval/ "
+                        "directory; copy the run somewhere writable and pass that run_dir.")
     candidates = _pick_steps(ckpts, cfg.checkpoint)
     for i, step in enumerate(candidates):
         run = build(saved_train_config(ckpts, step, cfg))
@@ -79,14 +97,17 @@ def evaluate(cfg: DictConfig) -> dict:
             tree, _ = ckpts.restore(step, {"state": run.host_state, "sums": run.compiled.zero_sums})
             break
         except UserError as e:
-            if i + 1 == len(candidates):
+            if len(candidates) == 1:
                 raise
-            log.warning("%s Falling back to the previous checkpoint (checkpoint=latest).", e)
+            if i + 1 < len(candidates):
+                log.warning("%s Falling back to the previous checkpoint (checkpoint=latest).", e)
+                continue
+            log.warning("%s", e)
+            raise UserError(f"no checkpoint in {ckpts.directory} can be restored (tried steps {candidates}); "
+                            "train the run again or pass another run_dir.") from None
     mode = run.compiled.mode
     batches, count = run.eval_sets[cfg.split]
     metrics = eval_loop(mode.put_state(tree["state"]), run.compiled, batches, count)
-    out_dir = os.path.join(cfg.run_dir, "eval")
-    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{cfg.split}-{step}.json")
     with open(path + ".tmp", "w") as f:
         json.dump({"step": step, "split": cfg.split, **metrics}, f, indent=2)

@@ -32,11 +32,13 @@ def evaluate(state, compiled: Compiled, device_batches: list, expected_count: in
     return metrics
 
 
-def _check_finite(metrics: dict, step: int, last_finite) -> None:
+def _check_finite(metrics: dict, step: int, last_finite, position=None) -> None:
+    """`position` (epoch, index in epoch) of the batch of `step` when every step is checked."""
     if not math.isfinite(metrics["loss"]):
-        raise NonFiniteLoss(
-            f"training loss became non-finite by step {step} (last finite loss: {last_finite}); lower "
-            "optimizer.learning_rate or set trainer.clip_norm.")
+        where = f"at step {step} (batch {position[1]} of epoch {position[0]}; " if position else f"by step {step} ("
+        last = "none" if last_finite is None else f"{last_finite:.4g}"
+        raise NonFiniteLoss(f"training loss became non-finite {where}last finite loss: {last}); lower "
+                            "optimizer.learning_rate or set trainer.clip_norm.")
 
 
 def _next_boundary(step: int, total: int, *periods: int) -> int:
@@ -68,7 +70,8 @@ def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: in
         eval_metrics = None
         if step % log_every == 0 or step == total_steps:
             train_metrics = compiled.task.metrics(mode.get(acc))  # the routine host sync
-            _check_finite(train_metrics, step, last_finite)
+            _check_finite(train_metrics, step, last_finite,
+                          stream.position(step - 1) if cfg.nan_check == "step" else None)
             last_finite = train_metrics["loss"]
             acc = mode.put_replicated(compiled.zero_sums)
             now = time.perf_counter()

@@ -4,13 +4,15 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.checkpoint import Checkpoints, restore_latest_good
+from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
 from zoo.errors import UserError
 
 log = logging.getLogger("zoo")
 
 # Settings that change the state's shapes or meaning; a checkpoint taken under others is refused.
 STATE_DEFINING = ("model", "dataset", "optimizer._target_", "schedule", "trainer.clip_norm")
+# May change, e.g. a lower learning rate for the rest of a run; named when the state then does not restore.
+STATE_SHAPING = ("optimizer", "schedule")
 
 
 def _flatten(tree, prefix=""):
@@ -22,9 +24,9 @@ def _flatten(tree, prefix=""):
     return {prefix[:-1]: tree}
 
 
-def changed_settings(saved: dict, current: dict) -> list:
+def changed_settings(saved: dict, current: dict, prefixes=STATE_DEFINING) -> list:
     old, new = _flatten(saved), _flatten(current)
-    keys = {k for k in old.keys() | new.keys() if any(k == p or k.startswith(p + ".") for p in STATE_DEFINING)}
+    keys = {k for k in old.keys() | new.keys() if any(k == p or k.startswith(p + ".") for p in prefixes)}
     return sorted(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in keys if old.get(k) != new.get(k))
 
 
@@ -53,12 +55,19 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
             raise UserError(f"trainer.resume={resume} is not a checkpoint directory; use auto, never or the "
                             "checkpoints/ directory of an earlier run.")
         source = Checkpoints(resume, read_only=True)
-    saved_config = _newest_readable_meta(source)["config"]
-    changed = changed_settings(saved_config, OmegaConf.to_container(cfg, resolve=True))
+    saved_config, current = _newest_readable_meta(source)["config"], OmegaConf.to_container(cfg, resolve=True)
+    changed = changed_settings(saved_config, current)
     if changed:
         raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
                         f"{'; '.join(changed)}; restore those settings or start in a new hydra.run.dir.")
-    step, tree, _ = restore_latest_good(source, target)
+    try:
+        step, tree, _ = restore_latest_good(source, target)
+    except StateMismatch:
+        changed = changed_settings(saved_config, current, STATE_SHAPING)
+        settings = "; ".join(changed) or "other settings"
+        raise UserError(f"the checkpoint in {source.directory} does not fit this run's model and optimizer state; "
+                        f"it was trained with {settings}: restore those settings or start in a new "
+                        "hydra.run.dir.") from None
     log.info("resuming from step %d of %s", step, source.directory)
     return step, tree
 

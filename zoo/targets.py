@@ -7,15 +7,17 @@ from zoo.errors import UserError
 ALLOWED_PREFIXES = ("zoo.", "optax.")
 
 
-def check_targets(node, where: str = "config") -> None:
-    """Refuse any `_target_` outside ALLOWED_PREFIXES, anywhere in the tree, before anything is built."""
+def check_targets(node, where: str = "") -> None:
+    """Refuse any `_target_` outside ALLOWED_PREFIXES, anywhere in the tree, before anything is built.
+
+    `where` is the dotted path of `node` in the config ('' for the root), used to name the setting."""
     if isinstance(node, DictConfig):
         target = node.get("_target_")
         if target is not None and not str(target).startswith(ALLOWED_PREFIXES):
-            raise UserError(f"{where} names _target_={target!r}, which is not allowed; only targets under "
-                            f"{', '.join(ALLOWED_PREFIXES)} can be instantiated.")
+            raise UserError(f"{where or 'the config'} names _target_={target!r}, which is not allowed; only targets "
+                            f"under {', '.join(ALLOWED_PREFIXES)} can be instantiated.")
         for key, value in node.items():
-            check_targets(value, f"{where}.{key}")
+            check_targets(value, f"{where}.{key}" if where else str(key))
     elif isinstance(node, ListConfig):
         for i, value in enumerate(node):
             check_targets(value, f"{where}[{i}]")

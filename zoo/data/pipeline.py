@@ -41,8 +41,34 @@ def _normalizer(x: np.ndarray, how: str):
     return lambda a: ((a - mean) / std).astype(np.float32)
 
 
+def check_contract(cfg, raw: dict) -> None:
+    """What every split must hold before anything is compiled: examples, finite float inputs of one shape,
+    and targets that fit the task (class ids in range, or finite float rows)."""
+    shapes = {name: x.shape[1:] for name, (x, _) in raw.items()}
+    for name, (x, y) in raw.items():
+        where = f"the {name} split of dataset={cfg.name}"
+        if len(x) == 0 or len(x) != len(y):
+            raise UserError(f"{where} has {len(x)} inputs and {len(y)} targets; it needs as many of each, at least "
+                            "one (lower dataset.validation_fraction or dataset.test_fraction if a split is empty).")
+        if shapes[name] != shapes["train"]:
+            raise UserError(f"{where} has inputs of shape {shapes[name]} but train has {shapes['train']}; "
+                            "delete the prepared dataset in paths.data_dir to prepare it again.")
+        if not np.issubdtype(x.dtype, np.floating) or not np.isfinite(x).all():
+            raise UserError(f"{where} has non-finite or non-float inputs; delete the prepared dataset in "
+                            "paths.data_dir to prepare it again.")
+        if cfg.task == "classification":
+            if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1 or y.min() < 0 or y.max() >= cfg.num_classes:
+                raise UserError(f"labels of the {name} split must be integers in [0, {cfg.num_classes}); check "
+                                f"dataset.num_classes (now {cfg.num_classes}) and dataset.task (now classification) "
+                                f"for dataset={cfg.name}.")
+        elif not np.issubdtype(y.dtype, np.floating) or y.ndim != 2 or not np.isfinite(y).all():
+            raise UserError(f"{where} has targets of dtype {y.dtype} and shape {y.shape[1:]}, not finite float rows "
+                            "for regression; set dataset.task=classification or pick a regression dataset "
+                            "(dataset=diabetes|synthetic_linear).")
+
+
 def build_dataset(cfg, arrays: dict) -> Dataset:
-    """Carve validation, fit normalisation on train only, check labels against the task."""
+    """Carve validation, check the data contract, fit normalisation on train only."""
     x_train, y_train = arrays["train"]
     raw = {"test": arrays["test"]}
     if cfg.validation_fraction > 0:
@@ -51,14 +77,11 @@ def build_dataset(cfg, arrays: dict) -> Dataset:
         raw["validation"] = (x_train[order[:n_val]], y_train[order[:n_val]])
         x_train, y_train = x_train[order[n_val:]], y_train[order[n_val:]]
     raw["train"] = (x_train, y_train)
+    check_contract(cfg, raw)
     norm_x = _normalizer(x_train, cfg.normalize)
     if cfg.task == "classification":
         out_features = cfg.num_classes
         norm_y = lambda y: y.astype(np.int32)  # noqa: E731
-        for name, (_, y) in raw.items():
-            if y.ndim != 1 or y.min() < 0 or y.max() >= out_features:
-                raise UserError(f"labels of the {name} split must be integers in [0, {out_features}); "
-                                f"check dataset.num_classes (now {out_features}) for dataset={cfg.name}.")
     else:
         out_features = y_train.shape[-1]
         norm_y = _normalizer(y_train, "per_feature" if cfg.normalize_target else "none")

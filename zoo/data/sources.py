@@ -1,13 +1,21 @@
-"""Read a dataset's splits into numpy arrays through `tfds.data_source` (embedded and catalog alike)."""
+"""Read a dataset's splits into numpy arrays through TFDS data sources (embedded and catalog alike).
+
+TFDS prepares into an `incomplete.*` directory and renames it when done, so an interrupted or failed
+preparation is never taken for a dataset: the next run prepares again.
+"""
 import os
+import socket
+import threading
 
 import numpy as np
 import tensorflow_datasets as tfds
 
 from zoo.data.embedded import BUILDERS
-from zoo.errors import UserError
+from zoo.errors import Interrupted, UserError
 
 tfds.disable_progress_bar()
+SPLITS = ("train", "test")
+PROBE_HOST = "storage.googleapis.com"  # TFDS's own bucket and the MNIST mirror
 
 
 def _embedded_kwargs(cfg) -> dict:
@@ -19,16 +27,36 @@ def _embedded_kwargs(cfg) -> dict:
     return {"config": tfds.core.BuilderConfig(name=name), **kwargs}
 
 
-def _prepare_embedded(cfg, data_dir: str) -> dict:
-    kwargs = _embedded_kwargs(cfg)
-    builder = BUILDERS[cfg.tfds_name](data_dir=data_dir, **kwargs)
+def _prepare_embedded(cfg, data_dir: str):
+    builder = BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
     try:
         os.makedirs(data_dir, exist_ok=True)
         builder.download_and_prepare(file_format="array_record")
     except OSError as e:  # permission denied, a file in the way, read-only or full disk
         raise UserError(f"paths.data_dir={data_dir} is not writable ({e.strerror or e}); set paths.data_dir "
                         "to a directory you can write.") from None
-    return kwargs
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while preparing dataset={cfg.name} in paths.data_dir={data_dir}; nothing "
+                          "half-written was kept and the next run prepares it again.") from None
+    return builder
+
+
+def _network_reachable(timeout: float = 5.0) -> bool:
+    """False when the download host does not even resolve: TFDS would retry for minutes before failing."""
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")):
+        return True  # a proxy resolves names for us
+    resolved = []
+    probe = threading.Thread(target=lambda: resolved.append(_resolves(PROBE_HOST)), daemon=True)
+    probe.start()
+    probe.join(timeout)
+    return bool(resolved and resolved[0])
+
+
+def _resolves(host: str) -> bool:
+    try:
+        return bool(socket.getaddrinfo(host, 443))
+    except OSError:
+        return False
 
 
 def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
@@ -40,6 +68,23 @@ def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
         "(dataset=digits|diabetes|synthetic_linear).")
 
 
+def _open_catalog(cfg, data_dir: str):
+    """Prepared data first (no network needed); download only when it is missing."""
+    try:
+        return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=False)
+    except Exception:  # not prepared (tfds raises several types); try to download below
+        pass
+    if not _network_reachable():
+        raise _catalog_error(cfg, data_dir, ConnectionError(f"no network: {PROBE_HOST} does not resolve"))
+    try:
+        return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=True)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while downloading dataset={cfg.name} into paths.data_dir={data_dir}; "
+                          "nothing half-written is used and the next run downloads it again.") from None
+    except Exception as e:  # tfds raises many types for "no network"
+        raise _catalog_error(cfg, data_dir, e) from None
+
+
 def _to_arrays(source, x_key: str, y_key: str):
     examples = [source[i] for i in range(len(source))]
     return (np.stack([e[x_key] for e in examples]).astype(np.float32), np.stack([e[y_key] for e in examples]))
@@ -49,16 +94,21 @@ def read_splits(cfg, data_dir: str) -> dict:
     """{'train': (x, y), 'test': (x, y)} as numpy, in the stored (deterministic) order."""
     data_dir = os.path.expanduser(data_dir)
     if cfg.embedded:
-        builder_kwargs = _prepare_embedded(cfg, data_dir)
-        keys, download = ("x", "y"), False
+        builder = _prepare_embedded(cfg, data_dir)
+        where, keys = builder.data_dir, ("x", "y")
+        expected = {s: builder.info.splits[s].num_examples for s in SPLITS}
     else:
-        builder_kwargs, keys, download = None, ("image", "label"), True
-    try:
-        train, test = tfds.data_source(cfg.tfds_name, split=["train", "test"], data_dir=data_dir,
-                                       download=download, builder_kwargs=builder_kwargs)
-    except Exception as e:  # tfds raises many types for "no network / not prepared"
-        if cfg.embedded:
-            raise UserError(f"the prepared dataset in paths.data_dir={data_dir} could not be read ({e}); "
-                            f"delete {os.path.join(data_dir, cfg.tfds_name)} to prepare it again.") from None
-        raise _catalog_error(cfg, data_dir, e) from None
-    return {"train": _to_arrays(train, *keys), "test": _to_arrays(test, *keys)}
+        where, keys, expected = os.path.join(data_dir, cfg.tfds_name), ("image", "label"), None
+    try:  # a truncated or deleted record file fails here, on open or on the first bad record
+        sources = builder.as_data_source(split=list(SPLITS)) if cfg.embedded else _open_catalog(cfg, data_dir)
+        arrays = {s: _to_arrays(src, *keys) for s, src in zip(SPLITS, sources)}
+        found = {s: len(arrays[s][0]) for s in SPLITS}
+        if expected and found != expected:
+            raise ValueError(f"found {found} examples, expected {expected}")
+    except UserError:
+        raise
+    except Exception as e:
+        first_line = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        raise UserError(f"the prepared dataset={cfg.name} in {where} is damaged ({first_line}); delete that "
+                        "directory and the next run prepares (or downloads) it again.") from None
+    return arrays

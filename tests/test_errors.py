@@ -1,0 +1,436 @@
+"""The bad-input catalog (docs/errors.md): every row's input gives its one-sentence message, and loses nothing.
+
+Most rows run in-process (train(cfg) / evaluate(cfg) raising UserError); a few run the real commands to show
+the exit code and that no traceback reaches the terminal.
+"""
+import errno
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from conftest import ROOT, subprocess_env
+import zoo.cli
+from zoo.checkpoint import Checkpoints
+from zoo.cli import RunDirCheck, run_task
+from zoo.data import build_dataset, embedded, load_dataset
+from zoo.errors import Interrupted, UserError
+from zoo.evaluate import evaluate
+from zoo.loop import NonFiniteLoss
+from zoo.train import build, train
+
+CALLBACK = "++hydra.callbacks.run_dir_check._target_=zoo.cli.RunDirCheck"  # the conf registers it by name too
+
+
+def run(args, data_dir, script="train.py"):
+    return subprocess.run([sys.executable, str(script), *args], cwd=ROOT, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=180)
+
+
+def assert_one_sentence(done, code, fragment):
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert fragment in done.stderr.strip().splitlines()[-1], done.stderr
+
+
+def eval_cfg(make_cfg, run_dir, *overrides):
+    return make_cfg(f"run_dir={run_dir}", *overrides, config_name="eval")
+
+
+# --- The command line: Hydra refuses it while composing (exit 1, Hydra's own message) --------------------------
+
+@pytest.mark.parametrize("override,fragment", [
+    ("model=transformer", "Available options in 'model':\n\tcnn\n\tlinear\n\tmlp"),
+    ("trainer.epoch=3", "Key 'epoch' not in 'TrainerConfig'"),
+    ("trainer.epochs=three", "Value 'three' of type 'str' could not be converted to Integer"),
+])
+def test_hydra_refuses_unknown_options_keys_and_types(make_cfg, override, fragment):
+    with pytest.raises(ConfigCompositionException) as err:
+        make_cfg(override)
+    assert fragment in str(err.value) + str(err.value.__cause__)
+
+
+def test_a_key_added_with_plus_is_refused_not_ignored(make_cfg):
+    with pytest.raises(UserError, match=r"trainer\.epoch is not a setting; remove it or fix its spelling "
+                                        r"\(settings of trainer: epochs, "):
+        train(make_cfg("debug=smoke", "+trainer.epoch=3"))
+
+
+# --- Values refused before any JAX work, or before compiling (exit 2) ------------------------------------------
+
+BAD_VALUES = [
+    ("optimizer.learning_rate=0", r"optimizer\.learning_rate must be a positive number, got 0\."),
+    ("optimizer.learning_rate=-1e-3", r"optimizer\.learning_rate must be a positive number, got -0\.001\."),
+    ("trainer.batch_size=0", r"trainer\.batch_size must be a positive integer, got 0\."),
+    ("trainer.batch_size=5000", r"trainer\.batch_size=5000 is larger than the train split \(1438 examples\); "
+                                r"lower trainer\.batch_size\."),
+    ("trainer.epochs=0", r"trainer\.epochs must be a positive integer, got 0\."),
+    ("trainer.epochs=-2", r"trainer\.epochs must be a positive integer, got -2\."),
+    ("model.dropout=1.0", r"model\.dropout must be in \[0, 1\), got 1\.0\."),
+    ("model.dropout=-0.1", r"model\.dropout must be in \[0, 1\), got -0\.1\."),
+    ("model.hidden=[0]", r"model\.hidden must be a list of positive layer widths, got \[0\]\."),
+    ("model.activation=relux", r"model\.activation must name a function in jax\.nn .*got 'relux'\."),
+    ("model=cnn model.channels=[]", r"model\.channels must be a non-empty list of positive channel counts"),
+    ("model=cnn dataset=diabetes", r"model=cnn cannot be built for dataset=diabetes \(inputs \(10,\)\): .*"
+                                   r"model=linear and model=mlp take any input\."),
+    ("dataset.num_classes=1", r"dataset\.num_classes must be an integer >= 2 for classification, got 1\."),
+    ("dataset.num_classes=5", r"labels of the test split must be integers in \[0, 5\); check dataset\.num_classes"),
+    ("dataset.task=regression", r"the test split of dataset=digits has targets of dtype int64 .* set "
+                                r"dataset\.task=classification or pick a regression dataset"),
+    ("optimized_metric=test/r2", r"optimized_metric=test/r2 is not a result of a classification run; use one "
+                                 r"of \['test/loss', 'test/accuracy'"),
+    ("checkpoint.metric=f1", r"checkpoint\.metric=f1 is not a classification metric; use one of \['loss', 'accuracy', "
+                             r"'count'\] or null\."),
+    ("schedule=warmup_cosine", r"schedule\.warmup_steps=50 must be smaller than the run's 6 steps"),
+    ("optimizer._target_=builtins.eval", r"optimizer names _target_='builtins\.eval', which is not allowed; only "
+                                         r"targets under zoo\., optax\. can be instantiated\."),
+    ("model._target_=os.system", r"model names _target_='os\.system', which is not allowed"),
+    ("parallel.cpu_devices=1000", r"parallel\.cpu_devices must be between 1 and 512 \(or null\), got 1000\."),
+    ("parallel.cpu_devices=16", r"parallel\.cpu_devices=16 but this process already started JAX with 8 CPU "
+                                r"device\(s\); lower parallel\.cpu_devices or start a fresh process\."),
+    ("parallel=pmap parallel.cpu_devices=8 trainer.batch_size=100",
+     r"trainer\.batch_size=100 does not split evenly across 8 devices; use 96 or 104\."),
+]
+
+
+@pytest.mark.parametrize("overrides,message", BAD_VALUES, ids=[o for o, _ in BAD_VALUES])
+def test_bad_values_are_one_sentence_naming_the_setting(make_cfg, tmp_path, overrides, message):
+    with pytest.raises(UserError, match=message) as err:
+        train(make_cfg("debug=smoke", *overrides.split()))
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()  # refused before the run wrote anything
+
+
+# --- Data ------------------------------------------------------------------------------------------------------
+
+def test_catalog_dataset_offline_fails_fast_and_says_what_to_do(make_cfg, tmp_path, monkeypatch):
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    cfg = make_cfg("dataset=mnist", "model=cnn", "debug=smoke", f"paths.data_dir={tmp_path / 'empty'}")
+    with pytest.raises(UserError, match=r"dataset=mnist is not prepared in paths\.data_dir=.* could not be downloaded "
+                                        r"\(ConnectionError: no network: .*copy DIR/mnist into paths\.data_dir"):
+        train(cfg)  # without the DNS probe TFDS retries for minutes before failing
+
+
+def test_unwritable_data_dir(make_cfg, tmp_path):
+    (tmp_path / "a_file").write_text("")  # a file where a directory must go fails for root too
+    with pytest.raises(UserError, match=r"paths\.data_dir=.*a_file/sub is not writable \(Not a directory\); set "
+                                        r"paths\.data_dir to a directory you can write\."):
+        train(make_cfg("debug=smoke", f"paths.data_dir={tmp_path / 'a_file' / 'sub'}"))
+
+
+@pytest.fixture
+def prepared_copy(make_cfg, data_dir, tmp_path):
+    """A private copy of the prepared digits dataset and the path of its train records."""
+    load_dataset(make_cfg().dataset, data_dir)  # prepared once per session
+    shutil.copytree(pathlib.Path(data_dir) / "zoo_digits", tmp_path / "data" / "zoo_digits")
+    return tmp_path / "data", next((tmp_path / "data").rglob("zoo_digits-train.array_record*"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "delete"])
+def test_damaged_prepared_dataset_names_the_directory_to_delete(make_cfg, prepared_copy, damage):
+    data, records = prepared_copy
+    if damage == "delete":
+        records.unlink()
+    else:
+        records.write_bytes(records.read_bytes()[:records.stat().st_size // 2] if damage == "truncate" else b"")
+    cfg = make_cfg("debug=smoke", f"paths.data_dir={data}")
+    with pytest.raises(UserError, match=r"the prepared dataset=digits in .*/zoo_digits/test_fraction0\.2/1\.0\.0 is "
+                                        r"damaged \(.*\); delete that directory and the next run prepares"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+    shutil.rmtree(records.parent)  # what the message says to do
+    assert len(load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]) == 1438
+
+
+def _interrupt_after(n):
+    original = embedded._ArrayBuilder._generate_examples
+
+    def generate(self, x, y, indices):
+        for i, example in enumerate(original(self, x, y, indices)):
+            if i == n:
+                raise KeyboardInterrupt  # what Ctrl-C raises in the main thread, halfway through a split
+            yield example
+
+    return generate
+
+
+def test_ctrl_c_while_preparing_keeps_nothing_and_the_next_run_prepares(make_cfg, tmp_path, monkeypatch):
+    cfg = make_cfg("debug=smoke", f"paths.data_dir={tmp_path / 'data'}")
+    with monkeypatch.context() as patch:
+        patch.setattr(embedded._ArrayBuilder, "_generate_examples", _interrupt_after(100))
+        with pytest.raises(Interrupted, match=r"interrupted while preparing dataset=digits in paths\.data_dir=.*; "
+                                              r"nothing half-written was kept and the next run prepares it again\.") \
+                as err:
+            load_dataset(cfg.dataset, cfg.paths.data_dir)
+    assert err.value.exit_code == 130
+    left = [p.name for p in (tmp_path / "data").rglob("*")]
+    assert "dataset_info.json" not in left and not [n for n in left if n.startswith("incomplete")], left
+    assert len(load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]) == 1438
+
+
+CONTRACT = [
+    ("nan inputs", "classification", lambda x, y: (np.where(x > 0.5, np.nan, x), y),
+     r"the test split of dataset=d has non-finite or non-float inputs"),
+    ("other shape", "classification", lambda x, y: (x[:, :3], y), r"the test split .* inputs of shape \(3,\) but "
+                                                                   r"train has \(4,\)"),
+    ("float labels", "classification", lambda x, y: (x, y + 0.5), r"labels of the test split must be integers"),
+    ("empty split", "classification", lambda x, y: (x[:0], y[:0]), r"the test split .* has 0 inputs and 0 targets"),
+    ("class ids as targets", "regression", lambda x, y: (x, y), r"targets of dtype int64 and shape \(\), not finite "
+                                                               r"float rows for regression"),
+]
+
+
+@pytest.mark.parametrize("name,task,damage,message", CONTRACT, ids=[c[0] for c in CONTRACT])
+def test_data_contract_is_checked_before_compiling(name, task, damage, message):
+    from omegaconf import OmegaConf
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((20, 4)).astype(np.float32), rng.integers(0, 3, 20)
+    cfg = OmegaConf.create({"name": "d", "task": task, "num_classes": 3, "validation_fraction": 0.0,
+                            "normalize": "none", "normalize_target": False})
+    with pytest.raises(UserError, match=message):
+        build_dataset(cfg, {"train": (x, y), "test": damage(x, y)})
+
+
+# --- Run directories, resume -------------------------------------------------------------------------------------
+
+def test_unwritable_output_dir(make_cfg, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(UserError, match=r"cannot create checkpoints in .*a_file/out/checkpoints \(Not a directory\); "
+                                        r"choose a writable hydra\.run\.dir"):
+        train(make_cfg("debug=smoke", f"paths.output_dir={tmp_path / 'a_file' / 'out'}"))
+
+
+def test_unwritable_hydra_run_dir_is_refused_before_hydra_creates_it(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    (tmp_path / "a_file").write_text("")
+    config = OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path / "a_file" / "run")}}})
+    with pytest.raises(SystemExit) as exit_:
+        RunDirCheck().on_run_start(config)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"error: hydra.run.dir={tmp_path}/a_file/run is not writable (Not a directory); "
+                                       "set hydra.run.dir to a directory you can write.\n")
+
+
+def test_resume_with_a_changed_state_shape_names_the_settings(make_cfg):
+    base = ["debug=smoke", "optimizer=sgd", "model.hidden=[16]"]
+    train(make_cfg(*base))
+    with pytest.raises(UserError, match=r"was trained with other settings: model\.hidden \(\[16\] -> \[32\]\); restore "
+                                        r"those settings or start in a new hydra\.run\.dir\."):
+        train(make_cfg(*base, "model.hidden=[32]"))
+    with pytest.raises(UserError, match=r"does not fit this run's model and optimizer state; it was trained with "
+                                        r"optimizer\.momentum \(0\.9 -> None\)"):
+        train(make_cfg(*base, "optimizer.momentum=null", "trainer.max_steps=8"))
+    assert train(make_cfg(*base, "trainer.max_steps=8"))["start_step"] == 6  # nothing was lost
+
+
+def test_resume_over_damaged_checkpoints_says_damaged_not_different(make_cfg, tmp_path):
+    train(make_cfg("debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2"))
+    for blob in (tmp_path / "run" / "checkpoints").rglob("*"):
+        if blob.is_file() and blob.parent.name == "d":
+            blob.write_bytes(b"junk")
+    # a changed learning rate is allowed on resume: the message says damaged, not "other settings"
+    with pytest.raises(UserError, match=r"no checkpoint in .*/run/checkpoints can be restored \(tried steps "
+                                        r"\[2, 4, 6\]\); start in a new hydra\.run\.dir\.$"):
+        train(make_cfg("debug=smoke", "model.hidden=[16]", "optimizer.learning_rate=1e-4", "trainer.max_steps=8"))
+
+
+def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
+    with pytest.raises(UserError, match=r"trainer\.resume=.*nowhere is not a checkpoint directory; use auto, never"):
+        train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'nowhere'}"))
+
+
+def test_a_finished_run_without_checkpoints_is_not_overwritten(make_cfg, tmp_path):
+    train(make_cfg("debug=smoke", "checkpoint.enabled=false"))
+    results = (tmp_path / "run" / "results.json").read_text()
+    with pytest.raises(UserError, match=r"hydra\.run\.dir=.*/run already holds a finished run and "
+                                        r"checkpoint\.enabled=false; choose a new hydra\.run\.dir\."):
+        train(make_cfg("debug=smoke", "checkpoint.enabled=false"))
+    assert (tmp_path / "run" / "results.json").read_text() == results
+
+
+# --- Evaluating a run ----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def trained(make_cfg, tmp_path):
+    train(make_cfg("debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2"))
+    return tmp_path / "run"
+
+
+def test_eval_without_missing_or_empty_run_dir(make_cfg, tmp_path):
+    with pytest.raises(UserError, match=r"run_dir is required: python eval\.py run_dir=outputs/<date>/<time>"):
+        evaluate(make_cfg(config_name="eval"))
+    with pytest.raises(UserError, match=r"run_dir=.*missing does not exist; pass the directory of a training run\."):
+        evaluate(eval_cfg(make_cfg, tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"run_dir=.*empty has no complete checkpoint in checkpoints/; train it"):
+        evaluate(eval_cfg(make_cfg, tmp_path / "empty"))
+
+
+def test_eval_on_corrupt_checkpoints(make_cfg, trained, caplog):
+    for blob in (trained / "checkpoints").rglob("*"):
+        if blob.is_file() and blob.parent.name == "d":  # the array data of every step
+            blob.write_bytes(b"junk")
+    with pytest.raises(UserError, match=r"no checkpoint in .*/checkpoints can be restored \(tried steps \[6, 4, 2\]\); "
+                                        r"train the run again or pass another run_dir\."):
+        evaluate(eval_cfg(make_cfg, trained))
+    for meta in (trained / "checkpoints").rglob("meta/metadata"):
+        meta.write_text("{not json")
+    with pytest.raises(UserError, match=r"checkpoint step 6 in .* has unreadable metadata"):
+        evaluate(eval_cfg(make_cfg, trained))
+
+
+def test_eval_choices_that_are_not_in_the_run(make_cfg, trained):
+    with pytest.raises(UserError, match=r"checkpoint=5 is not in .*; use latest, best or one of the steps \[2, 4, 6\]"):
+        evaluate(eval_cfg(make_cfg, trained, "checkpoint=5"))
+    with pytest.raises(UserError, match=r"split=validation is not in this run; choose one of \['test'\]\."):
+        evaluate(eval_cfg(make_cfg, trained, "split=validation"))
+    with pytest.raises(UserError, match=r"trainer\.batch_size must be a positive integer or null, got 0\."):
+        evaluate(eval_cfg(make_cfg, trained, "trainer.batch_size=0"))
+    shutil.rmtree(trained / "eval", ignore_errors=True)
+    (trained / "eval").write_text("")  # a file where eval/ must go
+    with pytest.raises(UserError, match=r"run_dir=.* is not writable \(File exists\): eval results go to its eval/"):
+        evaluate(eval_cfg(make_cfg, trained))
+
+
+# --- Training that goes wrong: the NaN guard, a full disk ----------------------------------------------------------
+
+def _latest_restores_finite(cfg):
+    ckpts = Checkpoints(os.path.join(cfg.paths.output_dir, "checkpoints"), read_only=True)
+    run_ = build(cfg)
+    restored, _ = ckpts.restore(ckpts.steps()[-1], {"state": run_.host_state, "sums": run_.compiled.zero_sums})
+    assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(restored["state"].params))
+    return ckpts.steps()
+
+
+DIVERGE = ["optimizer=sgd", "model=mlp", "optimizer.learning_rate=1e6", "logger=quiet", "trainer.max_steps=20",
+           "trainer.checkpoint_every=1", "trainer.eval_every=0"]
+
+
+@pytest.mark.parametrize("log_every,message", [
+    (1, r"training loss became non-finite by step (\d+) \(last finite loss: [\d.e+]+\); lower "
+        r"optimizer\.learning_rate or set trainer\.clip_norm\."),
+    (50, r"parameters became non-finite by step (\d+); the checkpoint was not written — lower "
+         r"optimizer\.learning_rate or set trainer\.clip_norm\."),
+], ids=["loss-guard", "parameter-guard"])
+def test_divergence_stops_with_the_guard_and_keeps_the_last_good_checkpoint(make_cfg, log_every, message):
+    cfg = make_cfg(*DIVERGE, f"trainer.log_every={log_every}")
+    with pytest.raises(NonFiniteLoss, match=message) as err:
+        train(cfg)
+    bad_step = int(re.search(message, str(err.value)).group(1))
+    steps = _latest_restores_finite(cfg)
+    assert steps and steps[-1] < bad_step
+
+
+def test_nan_check_step_stops_at_the_first_bad_batch(make_cfg):
+    # the losses of steps 1, 2, 3 are 2.31, 5.9e16, inf: step 3 is the first bad batch, named exactly
+    with pytest.raises(NonFiniteLoss, match=r"training loss became non-finite (by|at) step 3 "):
+        train(make_cfg(*DIVERGE, "trainer.nan_check=step", "trainer.checkpoint_every=0"))
+
+
+def test_nan_check_step_names_the_batch_position(make_cfg):
+    with pytest.raises(NonFiniteLoss, match=r"step 3 \(batch 2 of epoch 0"):
+        train(make_cfg(*DIVERGE, "trainer.nan_check=step", "trainer.checkpoint_every=0"))
+
+
+def test_disk_full_during_a_save_keeps_the_previous_checkpoint(make_cfg, monkeypatch):
+    common = ["debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2"]
+    real_save = ocp.CheckpointManager.save
+
+    def full_at_step_4(self, step, *args, **kwargs):
+        if step == 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(self, step, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ocp.CheckpointManager, "save", full_at_step_4)
+        with pytest.raises(UserError, match=r"could not write checkpoint step 4 in .*/run/checkpoints \(no space left "
+                                            r"on device\); step 2 stays the latest checkpoint — free space there and "
+                                            r"rerun the same command to resume\."):
+            train(make_cfg(*common))
+    assert _latest_restores_finite(make_cfg(*common)) == [2]
+    assert train(make_cfg(*common))["start_step"] == 2  # the same command resumes once there is space
+
+
+def test_ctrl_c_and_io_errors_outside_the_loop_are_one_line(make_cfg, capsys, monkeypatch):
+    cfg = make_cfg("debug=smoke")
+
+    def hard_exit(code):  # the real one ends the process without finalising it
+        raise SystemExit(code)
+
+    monkeypatch.setattr(zoo.cli, "_hard_exit", hard_exit)
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    def disk_full(cfg):
+        raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/metrics.jsonl")
+
+    for fn, code, text in [(interrupted, 130, "error: interrupted by Ctrl-C; checkpoints already written are kept"),
+                           (disk_full, 1, "error: No space left on device: /runs/x/metrics.jsonl; free space")]:
+        with pytest.raises(SystemExit) as exit_:
+            run_task(fn, cfg)
+        err = capsys.readouterr().err
+        assert exit_.value.code == code and err.startswith(text) and err.count("\n") == 1, err
+
+
+# --- The real commands: exit codes, and never a traceback ----------------------------------------------------------
+
+INTERRUPT_PREPARE = """
+import os, runpy, signal, sys
+import zoo.data.embedded as embedded
+original = embedded._ArrayBuilder._generate_examples
+def generate(self, x, y, indices):
+    for i, example in enumerate(original(self, x, y, indices)):
+        if i == 100:
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, halfway through writing a split
+        yield example
+embedded._ArrayBuilder._generate_examples = generate
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("args,code,fragment", [
+    (["model=transformer"], 1, "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."),
+    (["parallel.cpu_devices=1000"], 2, "error: parallel.cpu_devices must be between 1 and 512"),
+    (["hydra.run.dir={tmp}/a_file/run", CALLBACK], 2, "error: hydra.run.dir={tmp}/a_file/run is not writable"),
+    (["paths.output_dir={tmp}/a_file/out"], 2, "error: paths.output_dir={tmp}/a_file/out is not writable"),
+    (DIVERGE + ["trainer.log_every=1"], 2, "error: training loss became non-finite by step"),
+], ids=["hydra-unknown-option", "cpu-devices-cap", "run-dir", "output-dir", "nan-guard"])
+def test_commands_exit_with_one_sentence(data_dir, tmp_path, args, code, fragment):
+    (tmp_path / "a_file").write_text("")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if not any(a.startswith("hydra.run.dir=") for a in args):
+        args.append(f"hydra.run.dir={tmp_path / 'run'}")
+    done = run(["debug=smoke", *args], data_dir)
+    assert_one_sentence(done, code, fragment.replace("{tmp}", str(tmp_path)))
+
+
+def test_ctrl_c_while_preparing_exits_130_and_the_next_run_prepares(data_dir, tmp_path, make_cfg):
+    fresh, script = tmp_path / "data", tmp_path / "interrupt_prepare.py"
+    script.write_text(INTERRUPT_PREPARE)
+    done = run(["debug=smoke", f"paths.data_dir={fresh}", f"hydra.run.dir={tmp_path / 'run'}"], data_dir, script)
+    assert_one_sentence(done, 130, "error: interrupted while preparing dataset=digits")
+    assert not list(fresh.rglob("dataset_info.json"))
+    cfg = make_cfg(f"paths.data_dir={fresh}")
+    assert len(load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]) == 1438
+
+
+def test_eval_without_run_dir_exits_2(data_dir, tmp_path):
+    done = run([f"hydra.run.dir={tmp_path / 'eval'}"], data_dir, script="eval.py")
+    assert_one_sentence(done, 2, "error: run_dir is required")
