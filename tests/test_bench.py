@@ -34,7 +34,7 @@ def test_quick_benchmark_reports_every_row(data_dir, tmp_path):
     assert result["meta"]["quick"] and result["meta"]["devices"]
 
 
-def test_full_benchmark_covers_the_issue():
+def test_full_benchmark_has_every_section_and_model():
     ids = expected_row_ids(Sizes(), SECTIONS)
     for k in (1, 2, 4, 8, 16):
         assert f"chunking/linear/K={k}" in ids and f"chunking/mlp/K={k}" in ids

@@ -73,12 +73,17 @@ def step_benchmarks(kind: str, sizes, where) -> list:
     box = {"zoo": (state, acc), "ref": ref_state}
     n = sizes.steps[kind]
 
-    def zoo_steps():
-        s, a = box["zoo"]
-        for chunk in chunks[:n]:
-            s, a = compiled.train_chunk(s, a, chunk)
-        box["zoo"] = (s, a)
-        return s, a
+    def zoo_steps(count):
+        """The compiled step alone over the first `count` device-resident chunks."""
+
+        def go():
+            s, a = box["zoo"]
+            for chunk in chunks[:count]:
+                s, a = compiled.train_chunk(s, a, chunk)
+            box["zoo"] = (s, a)
+            return s, a
+
+        return go
 
     def ref_steps():
         s = box["ref"]
@@ -87,7 +92,7 @@ def step_benchmarks(kind: str, sizes, where) -> list:
         box["ref"] = s
         return s, metrics
 
-    t = interleave({"zoo": zoo_steps, "ref": ref_steps}, sizes.rounds[kind])
+    t = interleave({"zoo": zoo_steps(n), "ref": ref_steps}, sizes.rounds[kind])
     zoo_ms, ref_ms = [1e3 * v for v in per_step(t["zoo"], n)], [1e3 * v for v in per_step(t["ref"], n)]
     rows.append(row(f"step_ratio/{kind}", ratios(t["ref"], t["zoo"]), "x",
                     target=(">=", 0.95) if kind != "linear" else None,
@@ -105,17 +110,10 @@ def step_benchmarks(kind: str, sizes, where) -> list:
         box["zoo"] = (s, box["zoo"][1])
         return s
 
-    def isolated():
-        s, a = box["zoo"]
-        for chunk in chunks[:n]:
-            s, a = compiled.train_chunk(s, a, chunk)
-        box["zoo"] = (s, a)
-        return s, a
-
     def pipeline():
         return [mode.put_chunk(stream.chunk(s, 1)) for s in range(n)]
 
-    t = interleave({"loop": loop, "isolated": isolated, "pipeline": pipeline}, sizes.loop_rounds)
+    t = interleave({"loop": loop, "isolated": zoo_steps(n), "pipeline": pipeline}, sizes.loop_rounds)
     logger.close("accuracy")
     loop_sps = [n / v for v in t["loop"]]
     rows.append(row(f"loop_efficiency/{kind}", ratios(t["isolated"], t["loop"]), "x", target=(">=", 0.90),
