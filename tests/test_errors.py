@@ -245,7 +245,7 @@ def test_resume_over_damaged_checkpoints_says_damaged_not_different(make_cfg, tm
             blob.write_bytes(b"junk")
     # a changed learning rate is allowed on resume: the message says damaged, not "other settings"
     with pytest.raises(UserError, match=r"no checkpoint in .*/run/checkpoints can be restored \(tried steps "
-                                        r"\[2, 4, 6\]\); start in a new hydra\.run\.dir\.$"):
+                                        r"\[6, 4, 2\]\); start in a new hydra\.run\.dir\.$"):
         train(make_cfg("debug=smoke", "model.hidden=[16]", "optimizer.learning_rate=1e-4", "trainer.max_steps=8"))
 
 

@@ -116,12 +116,14 @@ class Checkpoints:
                             "run's model and optimizer; restore the settings it was trained with.")
         return restored.state, restored.meta
 
-    def best_step(self):
+    def best_step(self, metric=None, mode=None):
+        """Step with the best eval `metric` (default: the one this manager keeps the best by)."""
+        metric, mode = metric or self.metric, mode or self.mode
         scored = [(self.meta(s).get("metrics"), s) for s in self.steps()]
-        scored = [(m[self.metric], s) for m, s in scored if m and self.metric in m]
+        scored = [(m[metric], s) for m, s in scored if m and metric in m]
         if not scored:
             return None
-        return (max if self.mode == "max" else min)(scored)[1]
+        return (max if mode == "max" else min)(scored)[1]
 
     def wait(self) -> None:
         self._surface_errors(self.manager.wait_until_finished, self._pending)
@@ -138,15 +140,16 @@ class Checkpoints:
             pass
 
 
-def restore_latest_good(ckpts: Checkpoints, target):
-    """Newest step that restores; older ones are tried only after saying why the newer failed."""
-    steps = ckpts.steps()
-    for step in reversed(steps):
+def restore_latest_good(ckpts: Checkpoints, target, steps=None, hint="start in a new hydra.run.dir."):
+    """First of `steps` (default: all, newest first) that restores; each failure is said before the next try."""
+    steps = list(reversed(ckpts.steps())) if steps is None else steps
+    for step in steps:
         try:
             return step, *ckpts.restore(step, target)
         except StateMismatch:
             raise  # all steps of a run share one structure: an older one would not fit either
         except UserError as e:
+            if len(steps) == 1:
+                raise
             log.warning("%s Falling back to the previous checkpoint.", e)
-    raise UserError(f"no checkpoint in {ckpts.directory} can be restored (tried steps {steps}); start in a new "
-                    "hydra.run.dir.")
+    raise UserError(f"no checkpoint in {ckpts.directory} can be restored (tried steps {steps}); {hint}")

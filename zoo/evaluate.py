@@ -5,7 +5,7 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.checkpoint import Checkpoints
+from zoo.checkpoint import Checkpoints, restore_latest_good
 from zoo.cli import unwritable_reason
 from zoo.config import TrainConfig
 from zoo.errors import UserError
@@ -41,7 +41,7 @@ def _pick_steps(ckpts: Checkpoints, which) -> list:
     if which == "latest":
         return list(reversed(steps))
     if which == "best":
-        best = Checkpoints(ckpts.directory, read_only=True, **_best_settings(ckpts)).best_step()
+        best = ckpts.best_step(**_best_settings(ckpts))
         if best is None:
             raise UserError(f"no checkpoint in {ckpts.directory} has eval metrics to pick the best from; "
                             "use checkpoint=latest or a step.")
@@ -89,22 +89,11 @@ def evaluate(cfg: DictConfig) -> dict:
         raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): eval results go to its eval/ "
                         "directory; copy the run somewhere writable and pass that run_dir.")
     candidates = _pick_steps(ckpts, cfg.checkpoint)
-    for i, step in enumerate(candidates):
-        run = build(saved_train_config(ckpts, step, cfg))
-        if cfg.split not in run.eval_sets:
-            raise UserError(f"split={cfg.split} is not in this run; choose one of {sorted(run.eval_sets)}.")
-        try:
-            tree, _ = ckpts.restore(step, {"state": run.host_state, "sums": run.compiled.zero_sums})
-            break
-        except UserError as e:
-            if len(candidates) == 1:
-                raise
-            if i + 1 < len(candidates):
-                log.warning("%s Falling back to the previous checkpoint (checkpoint=latest).", e)
-                continue
-            log.warning("%s", e)
-            raise UserError(f"no checkpoint in {ckpts.directory} can be restored (tried steps {candidates}); "
-                            "train the run again or pass another run_dir.") from None
+    run = build(saved_train_config(ckpts, candidates[0], cfg))  # every step of a run shares one config
+    if cfg.split not in run.eval_sets:
+        raise UserError(f"split={cfg.split} is not in this run; choose one of {sorted(run.eval_sets)}.")
+    step, tree, _ = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
+                                        candidates, hint="train the run again or pass another run_dir.")
     mode = run.compiled.mode
     batches, count = run.eval_sets[cfg.split]
     metrics = eval_loop(mode.put_state(tree["state"]), run.compiled, batches, count)
