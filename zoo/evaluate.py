@@ -10,6 +10,7 @@ from zoo.cli import unwritable_reason
 from zoo.config import TrainConfig
 from zoo.errors import UserError
 from zoo.loop import evaluate as eval_loop, metric_summary
+from zoo.parallel import select_devices
 from zoo.resume import checkpoint_settings
 from zoo.targets import check_targets
 
@@ -82,6 +83,7 @@ def evaluate(cfg: DictConfig) -> dict:
     from zoo.train import build
 
     _check_command(cfg)
+    select_devices(cfg.parallel)  # before opening checkpoints starts JAX with its default device count
     ckpts = _open_checkpoints(cfg.run_dir)
     out_dir = os.path.join(cfg.run_dir, "eval")
     reason = unwritable_reason(out_dir)  # now, not after the whole evaluation
