@@ -86,6 +86,10 @@ BAD_VALUES = [
     ("dataset.num_classes=5", r"labels of the test split must be integers in \[0, 5\); check dataset\.num_classes"),
     ("dataset.task=regression", r"the test split of dataset=digits has targets of dtype int64 .* set "
                                 r"dataset\.task=classification or pick a regression dataset"),
+    ("dataset.noise=0.5", r"dataset\.noise only applies to dataset=synthetic_linear \(it generates that data\); "
+                          r"remove it for dataset=digits\."),
+    ("dataset=synthetic_linear dataset.num_features=0", r"dataset\.num_examples and dataset\.num_features must be "
+                                                        r"positive and dataset\.noise >= 0, got 1000, 0, 0\.1\."),
     ("optimized_metric=test/r2", r"optimized_metric=test/r2 is not a result of a classification run; use one "
                                  r"of \['test/loss', 'test/accuracy'"),
     ("checkpoint.metric=f1", r"checkpoint\.metric=f1 is not a classification metric; use one of \['loss', 'accuracy', "

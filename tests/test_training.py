@@ -4,8 +4,6 @@ import json
 import numpy as np
 import pytest
 
-from zoo.data import load_dataset
-from zoo.data.embedded import synthetic_linear_params
 from zoo.train import train
 
 PAIRS = [("linear", "digits"), ("linear", "diabetes"), ("linear", "synthetic_linear"),
@@ -57,34 +55,6 @@ def test_run_artifacts(make_cfg, tmp_path):
     assert [e["step"] for e in events if e["split"] == "test"] == [4, 6]
     assert (run / "curves.png").stat().st_size > 0
     assert any((run / "tensorboard").iterdir())
-
-
-def _standardised(make_cfg, dataset):
-    cfg = make_cfg(f"dataset={dataset}")
-    return load_dataset(cfg.dataset, cfg.paths.data_dir)
-
-
-def test_linear_regression_matches_least_squares_on_diabetes(make_cfg):
-    cfg = make_cfg("model=linear", "dataset=diabetes", "logger=quiet", "trainer.epochs=300", "trainer.batch_size=32",
-                   "trainer.eval_every=0", "trainer.log_every=500", "optimizer=adam", "optimizer.learning_rate=1e-2")
-    r2 = train(cfg)["test"]["r2"]
-    data = _standardised(make_cfg, "diabetes")
-    train_split, test_split = data.splits["train"], data.splits["test"]
-    design = lambda x: np.hstack([x, np.ones((len(x), 1))])  # noqa: E731
-    coef, *_ = np.linalg.lstsq(design(train_split.x), train_split.y, rcond=None)
-    residual = test_split.y - design(test_split.x) @ coef
-    r2_lstsq = 1 - np.sum(residual**2) / np.sum((test_split.y - test_split.y.mean()) ** 2)
-    assert abs(r2 - r2_lstsq) < 0.005, (r2, r2_lstsq)
-
-
-def test_linear_regression_recovers_synthetic_weights(make_cfg):
-    cfg = make_cfg("model=linear", "dataset=synthetic_linear", "logger=quiet", "trainer.epochs=100",
-                   "trainer.batch_size=32", "trainer.eval_every=0", "trainer.log_every=500", "optimizer=adam",
-                   "optimizer.learning_rate=1e-2")
-    params = train(cfg)["state"].params
-    w, b = synthetic_linear_params(cfg.dataset.num_features)
-    np.testing.assert_allclose(np.asarray(params["dense"]["kernel"][...]), w, atol=1e-2)
-    np.testing.assert_allclose(np.asarray(params["dense"]["bias"][...]), b, atol=1e-2)
 
 
 def test_steps_per_call_changes_nothing_but_speed(make_cfg, tmp_path):

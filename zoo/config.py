@@ -52,10 +52,11 @@ class DatasetConfig:
     normalize_target: bool = False
     test_fraction: float = 0.2  # only for embedded sets, which ship without a split
     validation_fraction: float = 0.0  # carved from train when > 0; periodic evals then use it
-    noise: float = 0.1  # synthetic_linear only
     num_classes: Optional[int] = 10  # classification only
-    num_examples: int = 1000  # synthetic_linear only
-    num_features: int = 8  # synthetic_linear only
+    # synthetic_linear's generator (set in conf/dataset/synthetic_linear.yaml); null and refused elsewhere
+    num_examples: Optional[int] = None
+    num_features: Optional[int] = None
+    noise: Optional[float] = None
 
 
 @dataclass
@@ -184,9 +185,7 @@ def validate(cfg: DictConfig) -> None:
              f"dataset.validation_fraction must be in [0, 1), got {d.validation_fraction}.")
     _require(d.task != "classification" or (isinstance(d.num_classes, int) and d.num_classes >= 2),
              f"dataset.num_classes must be an integer >= 2 for classification, got {d.num_classes}.")
-    _require(d.num_examples > 0 and d.num_features > 0 and d.noise >= 0,
-             "dataset.num_examples and dataset.num_features must be positive and dataset.noise >= 0, got "
-             f"{d.num_examples}, {d.num_features}, {d.noise}.")
+    _validate_generator(d)
     p = cfg.parallel
     _require(p.mode in PARALLEL_MODES, f"parallel.mode must be one of {PARALLEL_MODES}, got {p.mode!r}.")
     _require(cfg.distributed.mode in ("none", "explicit", "auto"),
@@ -197,6 +196,21 @@ def validate(cfg: DictConfig) -> None:
         check_targets(cfg[group], group)
     _validate_model(cfg.model)
     _validate_metrics(cfg)
+
+
+GENERATOR_KEYS = ("num_examples", "num_features", "noise")
+
+
+def _validate_generator(d: DictConfig) -> None:
+    """num_examples/num_features/noise generate synthetic_linear; anywhere else they would be silently ignored."""
+    if d.tfds_name != "zoo_synthetic_linear":
+        given = [k for k in GENERATOR_KEYS if d[k] is not None]
+        _require(not given, f"dataset.{given[0] if given else ''} only applies to dataset=synthetic_linear (it "
+                 f"generates that data); remove it for dataset={d.name}.")
+        return
+    _require(all(d[k] is not None for k in GENERATOR_KEYS) and d.num_examples > 0 and d.num_features > 0
+             and d.noise >= 0, "dataset.num_examples and dataset.num_features must be positive and dataset.noise "
+             f">= 0, got {d.num_examples}, {d.num_features}, {d.noise}.")
 
 
 def _positive_ints(value) -> bool:

@@ -1,0 +1,77 @@
+"""Every command the README shows (`python train.py ...`, `python eval.py ...`, `python -m zoo...`) runs as written.
+
+Each runs as a fresh subprocess with tiny settings appended (`debug=smoke`, its own run dir); `run_dir=...`
+placeholders point at a run trained beforehand, and catalog datasets (which download) run on
+`tfds.testing.mock_data`. Lines using shell variables (the multi-process loop) are covered by test_distributed.py.
+"""
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, subprocess_env
+
+CATALOG = ("dataset=mnist", "dataset=fashion_mnist", "dataset=cifar10")
+MOCK_CATALOG = ("import runpy, sys, tensorflow_datasets as tfds\n"
+                "sys.argv = sys.argv[1:]\n"
+                "with tfds.testing.mock_data(num_examples=64):\n"
+                "    runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def readme_commands(text: str) -> list:
+    """Command lines of the README's code blocks that start a zoo script or module (pytest excluded)."""
+    commands = []
+    for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            for part in line.split("&&"):
+                words = shlex.split(part)
+                if len(words) < 2 or words[0] != "python" or "$" in part or words[1:3] == ["-m", "pytest"]:
+                    continue
+                if (words[1].endswith(".py") or (words[1] == "-m" and words[2].startswith("zoo"))) and \
+                        words[1:] not in commands:
+                    commands.append(words[1:])
+    return commands
+
+
+COMMANDS = readme_commands((ROOT / "README.md").read_text())
+
+
+def test_readme_commands_are_found():
+    scripts = {c[0] if c[0] != "-m" else c[1] for c in COMMANDS}
+    assert {"train.py", "eval.py"} <= scripts and len(COMMANDS) >= 10, COMMANDS
+    assert readme_commands("```bash\npip install x && python train.py a=1  # note\n```\n") == [["train.py", "a=1"]]
+
+
+@pytest.fixture(scope="module")
+def trained_run(data_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("readme") / "trained"
+    done = subprocess.run([sys.executable, "train.py", "debug=smoke", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return run_dir
+
+
+def with_tiny_settings(words: list, tmp_path, run_dir) -> list:
+    words = [f"run_dir={run_dir}" if w.startswith("run_dir=") else w for w in words]
+    if words[0] == "-m":  # python -m zoo.<module>: its own quick mode
+        return words + (["--quick", "--out", str(tmp_path / "bench.json")] if words[1].startswith("zoo.bench") else [])
+    if words[0] == "train.py":
+        words = words + ["debug=smoke"]
+        if "-m" in words or "--multirun" in words:
+            words += [f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+            if any(w.startswith("hparams_search=") for w in words):
+                words += ["hydra.sweeper.n_trials=2"]
+            return words
+    return words + [f"hydra.run.dir={tmp_path / 'run'}"]
+
+
+@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:80] for c in COMMANDS])
+def test_readme_command_runs(words, data_dir, tmp_path, trained_run):
+    args = with_tiny_settings(words, tmp_path, trained_run)
+    prefix = [sys.executable, "-c", MOCK_CATALOG] if any(a in CATALOG for a in args) else [sys.executable]
+    done = subprocess.run(prefix + args, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, f"python {' '.join(args)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
