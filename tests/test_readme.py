@@ -55,17 +55,21 @@ def trained_run(data_dir, tmp_path_factory):
 
 
 def with_tiny_settings(words: list, tmp_path, run_dir) -> list:
-    words = [f"run_dir={run_dir}" if w.startswith("run_dir=") else w for w in words]
-    if words[0] == "-m":  # python -m zoo.<module>: its own quick mode
-        return words + (["--quick", "--out", str(tmp_path / "bench.json")] if words[1].startswith("zoo.bench") else [])
-    if words[0] == "train.py":
-        words = words + ["debug=smoke"]
-        if "-m" in words or "--multirun" in words:
-            words += [f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-            if any(w.startswith("hparams_search=") for w in words):
-                words += ["hydra.sweeper.n_trials=2"]
-            return words
-    return words + [f"hydra.run.dir={tmp_path / 'run'}"]
+    """The command with placeholders filled and tiny settings placed right after the script (before any flag)."""
+    script, *rest = [f"run_dir={run_dir}" if w.startswith("run_dir=") else w for w in words]
+    if script == "-m":  # python -m zoo.<module>: its own quick mode
+        quick = ["--quick", "--out", str(tmp_path / "bench.json")] if rest[0].startswith("zoo.bench") else []
+        return [script, *rest, *quick]
+    extra = [f"hydra.run.dir={tmp_path / 'run'}"]
+    if script == "train.py":
+        extra = ["debug=smoke"]
+        if "-m" in rest or "--multirun" in rest:
+            extra.append(f"hydra.sweep.dir={tmp_path / 'sweep'}")
+            if any(w.startswith("hparams_search=") for w in rest):
+                extra.append("hydra.sweeper.n_trials=2")
+        else:
+            extra.append(f"hydra.run.dir={tmp_path / 'run'}")
+    return [script, *extra, *rest]
 
 
 @pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:80] for c in COMMANDS])

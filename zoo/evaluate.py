@@ -7,7 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, restore_latest_good
 from zoo.cli import unwritable_reason
-from zoo.config import TrainConfig
+from zoo.config import GENERATOR_KEYS, TrainConfig
 from zoo.errors import UserError
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
@@ -66,6 +66,9 @@ def saved_train_config(ckpts: Checkpoints, step: int, cfg: DictConfig) -> DictCo
         saved = ckpts.meta(step)["config"]
     except Exception as e:
         raise UserError(f"checkpoint step {step} in {ckpts.directory} has unreadable metadata ({e}).") from None
+    if saved.get("dataset", {}).get("tfds_name") != "zoo_synthetic_linear":
+        for key in GENERATOR_KEYS:  # runs saved before these keys became synthetic_linear's alone
+            saved.get("dataset", {}).pop(key, None)
     train_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
     try:
         check_targets(train_cfg)  # before anything is instantiated
