@@ -1,7 +1,9 @@
 """Sweeps end to end: `python train.py -m ...` as a subprocess with Hydra's basic sweeper and the Optuna presets.
 
 Contracts: every job has its own run directory; the summary's best row is the best results.json; a trial
-that diverges is recorded as failed with its reason and does not end the sweep; a stored study continues.
+that diverges is recorded as failed with its reason and does not end the sweep; a stored study continues;
+a pruned trial stops early, keeps what it ran and shows as pruned; a multi-objective sweep reports its
+Pareto front; optuna-dashboard reads the study back.
 """
 import csv
 import json
@@ -13,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import ROOT, subprocess_env
-from zoo import sweep_report
+from zoo.sweeps import report
 
 
 def multirun(data_dir, sweep_dir, *overrides, check=True) -> subprocess.CompletedProcess:
@@ -35,10 +37,14 @@ def job_results(sweep_dir) -> dict:
     return {str(p.parent): json.loads(p.read_text()) for p in sweep_dir.glob("*/results.json")}
 
 
-def study_trials(sweep_dir, study_name) -> list:
+def optuna_study(sweep_dir, study_name):
     import optuna
 
-    return optuna.load_study(study_name=study_name, storage=f"sqlite:///{sweep_dir}/optuna.db").trials
+    return optuna.load_study(study_name=study_name, storage=f"sqlite:///{sweep_dir}/optuna.db")
+
+
+def study_trials(sweep_dir, study_name) -> list:
+    return optuna_study(sweep_dir, study_name).trials
 
 
 def test_grid_sweep_writes_a_run_per_job_and_a_correct_summary(data_dir, tmp_path):
@@ -60,10 +66,10 @@ def test_grid_sweep_writes_a_run_per_job_and_a_correct_summary(data_dir, tmp_pat
     assert (sweep / "summary.png").stat().st_size > 0
     assert best_dir in (sweep / "summary.md").read_text()
 
-    written = (sweep / "summary.csv").read_text()  # `python -m zoo.sweep_report PATH` rebuilds the same table
+    written = (sweep / "summary.csv").read_text()  # `python -m zoo.sweeps.report PATH` rebuilds the same table
     for name in ("summary.csv", "summary.md", "summary.png"):
         (sweep / name).unlink()
-    assert sweep_report.main([str(sweep)]) == 0
+    assert report.main([str(sweep)]) == 0
     assert (sweep / "summary.csv").read_text() == written
     assert (sweep / "summary.md").is_file() and (sweep / "summary.png").is_file()
 
@@ -81,14 +87,22 @@ def test_optuna_preset_runs_n_trials_and_reports_the_best(data_dir, tmp_path):
     rows = summary_rows(sweep)
     assert rows[0]["run_dir"] == best_dir and "optimizer.learning_rate" in rows[0]
     assert f"run directory: {best_dir}" in proc.stdout
+    # The preset selects on validation, and the chosen trial's test accuracy stands beside it.
+    assert best["objective"] == best["validation"]["accuracy"] and best["validation"]["count"] == 144
+    assert float(rows[0]["test/accuracy"]) == pytest.approx(best["test"]["accuracy"])
+    assert f"test/accuracy={best['test']['accuracy']:.4g}" in proc.stdout
 
 
 def test_diverging_trials_fail_with_their_reason_and_the_sweep_goes_on(data_dir, tmp_path):
     sweep = tmp_path / "diverge"
     multirun(data_dir, sweep, "hparams_search=diabetes_linear", "hydra.sweeper.n_trials=3",
              "optimizer.learning_rate=choice(1e-2,1e30)")  # 1e30 overflows the squared error within two steps
-    states = [t.state.name for t in study_trials(sweep, "diabetes_linear")]
+    trials = study_trials(sweep, "diabetes_linear")
+    states = [t.state.name for t in trials]
     assert len(states) == 3 and "FAIL" in states and "COMPLETE" in states, states
+    for t in trials:
+        if t.state.name == "FAIL":
+            assert t.user_attrs["fail_reason"].startswith("NonFiniteLoss: training loss became non-finite")
     rows = summary_rows(sweep)
     failed = [r for r in rows if r["status"] == "failed"]
     assert len(failed) == states.count("FAIL") and rows[-len(failed):] == failed  # failed last
@@ -122,3 +136,95 @@ def test_rerunning_a_stored_study_continues_it(data_dir, tmp_path):
     rows = summary_rows(sweep)
     assert len(rows) == 2
     assert float(rows[0]["objective"]) == pytest.approx(min(r["objective"] for r in results.values()))  # test/loss
+
+
+PRUNED_SWEEP = ("hydra/sweeper=zoo_optuna", "hydra/sweeper/sampler=grid", "hydra.sweeper.direction=maximize",
+                "hydra.sweeper.study_name=prune", "optimized_metric=validation/accuracy",
+                "dataset.validation_fraction=0.1", "trainer.max_steps=20", "trainer.eval_every=10",
+                # The bad trial: lr=1e-9 leaves the MLP at its random init, so validation accuracy stays near
+                # chance (0.10 at step 10) while lr=1e-2 is at 0.73; the threshold 0.3 prunes the first only.
+                "optimizer.learning_rate=choice(1e-2,1e-9)",
+                "hydra.sweeper.pruner={_target_:optuna.pruners.ThresholdPruner,lower:0.3}")
+
+
+@pytest.fixture(scope="module")
+def pruned_sweep(data_dir, tmp_path_factory):
+    sweep = tmp_path_factory.mktemp("prune")
+    multirun(data_dir, sweep, *PRUNED_SWEEP, f"hydra.sweeper.storage=sqlite:///{sweep}/optuna.db")
+    return sweep
+
+
+def test_a_pruned_trial_stops_keeps_its_checkpoint_and_shows_as_pruned(pruned_sweep):
+    trials = {t.params["optimizer.learning_rate"]: t for t in study_trials(pruned_sweep, "prune")}
+    assert trials[1e-2].state.name == "COMPLETE" and trials[1e-9].state.name == "PRUNED"
+    assert list(trials[1e-9].intermediate_values) == [10] and trials[1e-9].intermediate_values[10] < 0.3
+    rows = {float(r["optimizer.learning_rate"]): r for r in summary_rows(pruned_sweep)}
+    assert rows[1e-9]["status"] == "pruned" and "pruned at step 10" in rows[1e-9]["reason"]
+    assert rows[1e-2]["status"] == "completed"
+    run_dir = pathlib.Path(rows[1e-9]["run_dir"])
+    assert trials[1e-9].user_attrs["run_dir"] == str(run_dir)
+    assert json.loads((run_dir / "failure.json").read_text())["status"] == "pruned"
+    assert not (run_dir / "results.json").exists()
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()) == ["10"]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in records) == 10
+    assert [r["accuracy"] for r in records if r["split"] == "validation"] == [trials[1e-9].intermediate_values[10]]
+    assert "1 completed, 1 pruned" in (pruned_sweep / "summary.md").read_text()
+
+
+def test_the_dashboard_shows_the_study(pruned_sweep):
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:  # a free port on the loopback interface only
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dashboard = pathlib.Path(sys.executable).with_name("optuna-dashboard")
+    server = subprocess.Popen([str(dashboard), f"sqlite:///{pruned_sweep}/optuna.db", "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def get(path):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return json.loads(response.read())
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                studies = get("/api/studies")["study_summaries"]
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "optuna-dashboard did not start"
+                time.sleep(0.2)
+        assert [s["study_name"] for s in studies] == ["prune"]
+        detail = get(f"/api/studies/{studies[0]['study_id']}")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    trials = study_trials(pruned_sweep, "prune")
+    assert detail["name"] == "prune" and len(detail["trials"]) == len(trials) == 2
+    assert [t["state"] for t in detail["trials"]] == [t.state.name.capitalize() for t in trials]
+    best = max(t.value for t in trials if t.state.name == "COMPLETE")
+    assert [t["values"] for t in detail["best_trials"]] == [[best]]
+
+
+def test_a_multi_objective_sweep_reports_its_pareto_front(data_dir, tmp_path):
+    sweep = tmp_path / "pareto"
+    proc = multirun(data_dir, sweep, "hparams_search=digits_mlp", "hydra.sweeper.n_trials=4",
+                    "optimized_metric=[validation/accuracy,wall_time_s]", "hydra.sweeper.direction=[maximize,minimize]")
+    study = optuna_study(sweep, "digits_mlp")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+    front = {t.user_attrs["run_dir"] for t in study.best_trials}
+    rows = summary_rows(sweep)
+    assert {r["run_dir"] for r in rows if r["pareto"] == "yes"} == front
+    assert [r["pareto"] for r in rows] == sorted((r["pareto"] for r in rows), reverse=True)  # the front first
+    for r in rows:
+        results = json.loads((pathlib.Path(r["run_dir"]) / "results.json").read_text())
+        assert [float(r["objective_1"]), float(r["objective_2"])] == pytest.approx(
+            [results["validation"]["accuracy"], results["wall_time_s"]])
+    assert f"Pareto front ({len(front)} jobs)" in proc.stdout
+    assert "objective_1 = `validation/accuracy` (maximize)" in (sweep / "summary.md").read_text()
+    assert (sweep / "summary.png").stat().st_size > 0
+    solutions = OmegaConf.load(sweep / "optimization_results.yaml").solutions
+    assert len(solutions) == len(front)

@@ -14,6 +14,7 @@ TASKS = ("classification", "regression")
 METRICS = {"classification": ("loss", "accuracy", "count"),  # what zoo.tasks reports per split
            "regression": ("loss", "mse", "mae", "r2", "count")}
 NORMALIZATIONS = ("per_feature", "global", "none")
+RUN_METRICS = ("wall_time_s", "examples_per_s")  # figures of the run itself: a multi-objective sweep's second aim
 
 
 @dataclass
@@ -92,7 +93,7 @@ class PathsConfig:
 @dataclass
 class TrainConfig:
     seed: int = 0
-    optimized_metric: Optional[str] = None  # default: test accuracy, or test loss for regression
+    optimized_metric: Any = None  # 'split/metric', or a list for a multi-objective sweep; null: test accuracy/loss
     model: Any = field(default_factory=dict)
     optimizer: Any = field(default_factory=dict)
     schedule: Any = None
@@ -237,12 +238,14 @@ def _validate_model(m: DictConfig) -> None:
 def _validate_metrics(cfg: DictConfig) -> None:
     """Metric names are checked now, not after a whole run has trained."""
     task, has_validation = cfg.dataset.task, cfg.dataset.validation_fraction > 0
-    if cfg.optimized_metric is not None:
-        split, _, metric = str(cfg.optimized_metric).partition("/")
+    names = cfg.optimized_metric if isinstance(cfg.optimized_metric, ListConfig) else [cfg.optimized_metric]
+    for name in names if cfg.optimized_metric is not None else []:
+        split, _, metric = str(name).partition("/")
         splits = ("test", "train", "validation") if has_validation else ("test", "train")
         choices = [f"{s}/{m}" for s in splits for m in METRICS[task]]
-        _require(split in splits and metric in METRICS[task],
-                 f"optimized_metric={cfg.optimized_metric} is not a result of a {task} run; use one of {choices}.")
+        _require((split in splits and metric in METRICS[task]) or name in RUN_METRICS,
+                 f"optimized_metric={name} is not a result of a {task} run; use one of {choices} "
+                 f"(or {', '.join(RUN_METRICS)} as a further objective of a multi-objective sweep).")
     metric = cfg.checkpoint.metric
     _require(metric is None or metric in METRICS[task],
              f"checkpoint.metric={metric} is not a {task} metric; use one of {list(METRICS[task])} or null.")

@@ -22,6 +22,10 @@ class NonFiniteLoss(UserError):
     pass
 
 
+class TrialPruned(Exception):
+    """A sweep's pruner stopped this run at a periodic eval; its checkpoints and metrics so far are kept."""
+
+
 def evaluate(state, compiled: Compiled, device_batches: list, expected_count: int) -> dict:
     acc = compiled.mode.put_replicated(compiled.zero_sums)
     for batch in device_batches:
@@ -46,12 +50,13 @@ def _next_boundary(step: int, total: int, *periods: int) -> int:
 
 
 def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: int, logger, *, start_step: int = 0,
-        sums=None, save=None, stop=None):
+        sums=None, save=None, stop=None, on_eval=None):
     """Run steps [start_step, total_steps): log every log_every, evaluate every eval_every steps.
 
     `eval_sets` maps split -> (device batches, example count); the first entry is the periodic one.
     `sums` (host) continues a partial metric interval after a resume. `save(step, host state, sums, metrics)`
     runs every cfg.checkpoint_every steps and when `stop` becomes true, after which the loop returns early.
+    `on_eval(step, eval metrics)` returning true (a sweep's pruner) saves and raises TrialPruned.
     Returns (state, last logged train metrics, examples/s, last step run).
     """
     mode = compiled.mode
@@ -83,8 +88,12 @@ def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: in
             batches, count = eval_sets[periodic_split]
             eval_metrics = evaluate(state, compiled, batches, count)
             logger.log(step, periodic_split, eval_metrics)
-        if save and step < total_steps and ((checkpoint_every and step % checkpoint_every == 0) or stop):
+        pruned = on_eval is not None and eval_metrics is not None and on_eval(step, eval_metrics)
+        if save and step < total_steps and ((checkpoint_every and step % checkpoint_every == 0) or stop or pruned):
             save(step, mode.get(state), mode.get(acc), eval_metrics)
+        if pruned:
+            raise TrialPruned(f"pruned at step {step} by the sweep's pruner ({periodic_split}: "
+                              f"{metric_summary(eval_metrics)})")
         if stop:
             break
     examples_per_s = (step - start_step) * stream.batch_size / max(time.perf_counter() - t_start, 1e-9)

@@ -22,6 +22,7 @@ from zoo.resume import checkpoint_settings, find_start
 from zoo.run_logger import RunLogger
 from zoo.state import TrainState, create_state
 from zoo.steps import make_steps
+from zoo.sweeps.trial_link import eval_reporter
 from zoo.targets import safe_instantiate
 from zoo.tasks import TASKS
 
@@ -92,14 +93,21 @@ def build(cfg: DictConfig) -> Run:
     return Run(data, stream, host_state, compiled, eval_sets, total_steps)
 
 
-def objective_of(cfg: DictConfig, results: dict, task) -> float:
-    """The number a sweeper optimises: `optimized_metric` (e.g. 'test/accuracy') or the task's default."""
-    name = cfg.optimized_metric or f"test/{task.objective}"
+def objective_of(cfg: DictConfig, results: dict, task):
+    """What a sweeper optimises: `optimized_metric` ('validation/accuracy'; a list of names gives one value each,
+    for a multi-objective sweep) or the task's default."""
+    names = cfg.optimized_metric or f"test/{task.objective}"
+    if isinstance(names, str):
+        return _result_value(names, results)
+    return [_result_value(str(name), results) for name in names]
+
+
+def _result_value(name: str, results: dict) -> float:
     split, _, metric = name.partition("/")
     try:
-        value = float(results[split][metric])
+        value = float(results[split][metric] if metric else results[split])
     except (KeyError, TypeError):
-        choices = [f"{s}/{m}" for s in ("test", "train") for m in results.get(s, {})]
+        choices = [f"{s}/{m}" for s in ("test", "validation", "train") for m in results.get(s, {})]
         raise UserError(f"optimized_metric={name!r} is not in the results; use one of {choices}.") from None
     if not np.isfinite(value):  # a sweeper given NaN would end the whole sweep; raising fails this trial only
         raise NonFiniteLoss(f"the objective {name} is {value}; lower optimizer.learning_rate or set trainer.clip_norm.")
@@ -147,7 +155,7 @@ def train(cfg: DictConfig) -> dict:
         with stop_on_signals() as stop:
             state, train_metrics, examples_per_s, step = fit(
                 state, compiled, run.stream, run.eval_sets, cfg.trainer, run.total_steps, logger,
-                start_step=start_step, sums=sums, save=save, stop=stop)
+                start_step=start_step, sums=sums, save=save, stop=stop, on_eval=eval_reporter(cfg, compiled.task))
         if stop:
             if ckpts:
                 ckpts.wait()

@@ -1,9 +1,10 @@
 """Summarise a multirun directory: summary.csv, summary.md (best first, failures last) and summary.png.
 
-    python -m zoo.sweep_report multirun/2025-01-01/12-00-00
+    python -m zoo.sweeps.report multirun/2025-01-01/12-00-00
 
 A job is any directory holding .hydra/overrides.yaml; it completed if it has results.json (written by train())
-and failed if it has failure.json (written by zoo.callbacks.SweepSummary); otherwise it is unfinished.
+and was pruned or failed if it has failure.json (written by zoo.sweeps.summary_callback.SweepSummary);
+otherwise it is unfinished. A multi-objective sweep (a list of directions) is ranked by its Pareto front.
 """
 import csv
 import io
@@ -15,8 +16,11 @@ import sys
 
 from omegaconf import OmegaConf
 
-MINIMIZED_METRICS = ("loss", "mse", "mae")
-STATUS_ORDER = {"completed": 0, "unfinished": 1, "failed": 2}
+from zoo.sweeps import pareto
+
+MINIMIZED_METRICS = ("loss", "mse", "mae", "wall_time_s")
+STATUS_ORDER = {"completed": 0, "pruned": 1, "unfinished": 2, "failed": 3}
+REPORTED_SPLITS = ("validation", "test")  # a search selects on validation; the test figures stand beside it
 
 
 def _natural(path: str) -> list:
@@ -50,20 +54,26 @@ def read_job(job_dir: str, root: str) -> dict:
     if results is not None:
         row.update(status="completed", objective=results.get("objective"), steps=results.get("steps"),
                    wall_time_s=results.get("wall_time_s"),
-                   metrics={f"test/{k}": v for k, v in results.get("test", {}).items() if k != "count"})
+                   metrics={f"{split}/{k}": v for split in REPORTED_SPLITS
+                            for k, v in results.get(split, {}).items() if k != "count"})
         if not _finite(row["objective"]):
             row.update(status="failed", reason=f"objective is {row['objective']}")
     elif failure is not None:
-        row.update(status="failed", reason=f"{failure.get('error', 'Error')}: {failure.get('reason', '')}")
+        row.update(status="pruned" if failure.get("status") == "pruned" else "failed",
+                   reason=f"{failure.get('error', 'Error')}: {failure.get('reason', '')}")
     return row
 
 
 def _finite(x) -> bool:
+    if isinstance(x, list):  # a multi-objective sweep's values
+        return bool(x) and all(map(_finite, x))
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def objective_and_direction(job_dir: str) -> tuple:
-    """('test/accuracy', 'maximize'): the sweeper's direction if it has one, else the task's or the metric's."""
+    """('test/accuracy', 'maximize'): the sweeper's direction if it has one, else the task's or the metric's.
+
+    A multi-objective sweep gives two lists: (['validation/accuracy', 'wall_time_s'], ['maximize', 'minimize'])."""
     cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "config.yaml"))
     hydra_cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "hydra.yaml"))
     name = OmegaConf.select(cfg, "optimized_metric")
@@ -73,34 +83,57 @@ def objective_and_direction(job_dir: str) -> tuple:
         task = TASKS[OmegaConf.select(cfg, "dataset.task", default="classification")]
         name, direction = f"test/{task.objective}", task.direction
     else:
-        direction = "minimize" if name.rpartition("/")[2] in MINIMIZED_METRICS else "maximize"
-    swept = OmegaConf.select(hydra_cfg, "hydra.sweeper.direction", default=None)
+        name = name if isinstance(name, str) else [str(n) for n in name]
+        direction = [_direction_of(n) for n in name] if isinstance(name, list) else _direction_of(name)
+    swept = OmegaConf.select(hydra_cfg, "hydra.sweeper.directions", default=None)
+    swept = swept if swept is not None else OmegaConf.select(hydra_cfg, "hydra.sweeper.direction", default=None)
     if swept is not None:
         swept = OmegaConf.to_container(swept) if OmegaConf.is_config(swept) else swept
-        direction = str(swept[0] if isinstance(swept, list) else swept).rpartition(".")[2].lower()
+        swept = [str(d).rpartition(".")[2].lower() for d in (swept if isinstance(swept, list) else [swept])]
+        direction = swept if isinstance(name, list) else swept[0]
     return name, direction
 
 
+def _direction_of(metric_name: str) -> str:
+    return "minimize" if metric_name.rpartition("/")[2] in MINIMIZED_METRICS else "maximize"
+
+
 def collect(root: str) -> dict:
-    """Every job, ranked: completed best first, then unfinished, then failed; swept keys are those that vary."""
+    """Every job, ranked: completed best first (the Pareto front first when there are several objectives), then
+    pruned, unfinished and failed; swept keys are those that vary."""
     jobs = find_job_dirs(root)
     name, direction = objective_and_direction(jobs[0]) if jobs else ("objective", "maximize")
-    sign = -1.0 if direction == "maximize" else 1.0
-    rows = sorted((read_job(j, root) for j in jobs), key=lambda r: (
-        STATUS_ORDER[r["status"]], sign * r["objective"] if _finite(r["objective"]) else 0.0, _natural(r["job"])))
+    rows = [read_job(j, root) for j in jobs]
+    multi = isinstance(name, list)
+    front = pareto.front([r for r in rows if r["status"] == "completed"], direction) if multi else []
+    sign = -1.0 if (direction[0] if multi else direction) == "maximize" else 1.0
+    for r in rows:
+        r["pareto"] = any(r is member for member in front)
+    rows.sort(key=lambda r: (STATUS_ORDER[r["status"]], not r["pareto"], sign * pareto.first(r["objective"])
+                             if _finite(r["objective"]) else 0.0, _natural(r["job"])))
     keys = dict.fromkeys(k for r in rows for k in r["params"])
     return {"root": os.path.abspath(root), "objective": name, "direction": direction, "rows": rows,
-            "best": rows[0] if rows and rows[0]["status"] == "completed" else None,
+            "best": rows[0] if rows and rows[0]["status"] == "completed" and not multi else None,
+            "pareto": [r for r in rows if r["pareto"]],
             "params": [k for k in keys if len({r["params"].get(k) for r in rows}) > 1],
             "metrics": list(dict.fromkeys(m for r in rows for m in r["metrics"]))}
 
 
+def _objective_columns(s: dict) -> list:
+    return [*pareto.columns(s["objective"]), "pareto"] if isinstance(s["objective"], list) else ["objective"]
+
+
 def _columns(s: dict) -> list:
-    return ["rank", "job", "status", "objective", *s["params"], *s["metrics"], "steps", "wall_time_s", "reason"]
+    return ["rank", "job", "status", *_objective_columns(s), *s["params"], *s["metrics"], "steps", "wall_time_s",
+            "reason"]
 
 
 def _cells(s: dict, i: int, r: dict) -> dict:
-    return {"rank": i + 1, "job": r["job"], "status": r["status"], "objective": r["objective"],
+    values = r["objective"] if isinstance(r["objective"], list) else [r["objective"]]
+    if isinstance(s["objective"], list):
+        values = values if len(values) == len(s["objective"]) else [None] * len(s["objective"])
+        values.append("yes" if r["pareto"] else "")
+    return {"rank": i + 1, "job": r["job"], "status": r["status"], **dict(zip(_objective_columns(s), values)),
             **{k: r["params"].get(k, "") for k in s["params"]},
             **{m: r["metrics"].get(m) for m in s["metrics"]}, "steps": r["steps"],
             "wall_time_s": None if r["wall_time_s"] is None else round(r["wall_time_s"], 2), "reason": r["reason"],
@@ -137,8 +170,11 @@ def write_markdown(s: dict, path: str) -> None:
     rows, cols = s["rows"], _columns(s)
     counts = {st: sum(r["status"] == st for r in rows) for st in STATUS_ORDER}
     fixed = sorted({o for r in rows for o in r["overrides"] if o.split("=", 1)[0] not in s["params"]})
+    aims = (", ".join(f"{c} = `{n}` ({d})" for c, n, d in zip(pareto.columns(s["objective"]), s["objective"],
+                                                                s["direction"]))
+            if isinstance(s["objective"], list) else f"`{s['objective']}` ({s['direction']})")
     lines = [f"# Sweep summary: {s['root']}", "",
-             (f"Objective: `{s['objective']}` ({s['direction']}). Jobs: {len(rows)} "
+             (f"Objective: {aims}. Jobs: {len(rows)} "
               f"({', '.join(f'{n} {st}' for st, n in counts.items() if n)})."),
              f"Fixed overrides: `{' '.join(fixed) or 'none'}`.", "", best_text(s), "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -153,6 +189,8 @@ def write_plot(s: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if isinstance(s["objective"], list):
+        return pareto.write_plot(s, path)
     done = [r for r in s["rows"] if r["status"] == "completed"]
     if not s["params"] or not done:
         return
@@ -178,8 +216,8 @@ def write_plot(s: dict, path: str) -> None:
     for row in axes:
         row[0].set_ylabel(f"{s['objective']} ({s['direction']})")
     axes[0][0].legend()
-    failed = sum(r["status"] == "failed" for r in s["rows"])
-    fig.suptitle(f"{len(done)} completed, {failed} failed", fontsize=9)
+    counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned")}
+    fig.suptitle(f"{len(done)} completed, {counts['pruned']} pruned, {counts['failed']} failed", fontsize=9)
     fig.tight_layout()
     fig.savefig(_tmp(path), format="png", dpi=100)
     plt.close(fig)
@@ -187,11 +225,14 @@ def write_plot(s: dict, path: str) -> None:
 
 
 def best_text(s: dict) -> str:
+    if isinstance(s["objective"], list):
+        return pareto.front_text(s)
     b = s["best"]
     if b is None:
         return "Best: none (no job completed yet)."
-    return (f"Best: job {b['job']}: {s['objective']}={b['objective']:.6g} with `{' '.join(b['overrides'])}`; "
-            f"run directory: {b['run_dir']}")
+    test = ", ".join(f"{k}={v:.4g}" for k, v in b["metrics"].items() if k.startswith("test/") and k != s["objective"])
+    return (f"Best: job {b['job']}: {s['objective']}={b['objective']:.6g}{f' ({test})' if test else ''} with "
+            f"`{' '.join(b['overrides'])}`; run directory: {b['run_dir']}")
 
 
 def write_summary(root: str) -> dict:
@@ -205,7 +246,7 @@ def write_summary(root: str) -> dict:
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not os.path.isdir(args[0]):
-        print("usage: python -m zoo.sweep_report MULTIRUN_DIR  (a directory written by `python train.py -m ...`)",
+        print("usage: python -m zoo.sweeps.report MULTIRUN_DIR  (a directory written by `python train.py -m ...`)",
               file=sys.stderr)
         return 2
     if not find_job_dirs(args[0]):

@@ -1,0 +1,160 @@
+"""The Optuna sweeper in process, with a launcher that records its calls and scores overrides without training.
+
+Contracts: `n_jobs` trials go to the launcher in one call; a grid covers exactly the basic sweeper's grid and
+finds the same best; a seeded sampler repeats itself; failures are recorded with their reason and the study
+goes on; a stored study continues with `n_trials` new trials; bad settings are one sentence.
+"""
+import optuna
+import pytest
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from conftest import CONF
+from zoo.errors import UserError
+from zoo.sweeps import trial_link
+from zoo.sweeps.config import GridSamplerConfig, MedianPrunerConfig, TPESamplerConfig
+from zoo.sweeps.optuna_sweeper import OptunaSweep
+
+PARAMS = {"optimizer.learning_rate": "tag(log, interval(1e-4, 1e-1))", "trainer.batch_size": "choice(16, 32, 64)",
+          "model.hidden": "choice([64], [128, 128])"}
+
+
+def score(params: dict) -> float:
+    """A deterministic objective of the overrides: best near lr=1e-2, batch 32."""
+    return -abs(float(params["optimizer.learning_rate"]) - 1e-2) - abs(int(params["trainer.batch_size"]) - 32) / 100
+
+
+class RecordingLauncher:
+    def __init__(self, objective=score):
+        self.calls, self.objective = [], objective
+
+    def launch(self, job_overrides, initial_job_idx):
+        self.calls.append((initial_job_idx, [list(o) for o in job_overrides]))
+        returns = []
+        for overrides in job_overrides:
+            assert overrides[-1].startswith(f"++hydra.job.env_set.{trial_link.TRIAL_KEY}=")
+            ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
+            try:
+                ret.return_value = self.objective(dict(o.split("=", 1) for o in overrides[:-1]))
+            except Exception as e:  # what Hydra's run_job does with a task's exception
+                ret.return_value, ret.status = e, JobStatus.FAILED
+            returns.append(ret)
+        return returns
+
+
+def make_sweep(tmp_path, launcher, sampler=None, params=PARAMS, **settings):
+    kwargs = dict(sampler=OmegaConf.structured(sampler or TPESamplerConfig(seed=0)), direction="maximize",
+                  directions=None, storage=None, study_name="test", n_trials=6, n_jobs=1, max_failure_rate=0.0,
+                  params=OmegaConf.create(params), pruner=None)
+    sweep = OptunaSweep(**{**kwargs, **settings})
+    sweep.config, sweep.launcher = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}), launcher
+    return sweep
+
+
+def trial_params(launcher) -> list:
+    return [tuple(o[:-1]) for _, batch in launcher.calls for o in batch]
+
+
+def test_n_jobs_trials_go_to_the_launcher_in_one_call(tmp_path):
+    launcher = RecordingLauncher()
+    study = make_sweep(tmp_path, launcher, n_trials=10, n_jobs=4).sweep([])
+    assert [(idx, len(batch)) for idx, batch in launcher.calls] == [(0, 4), (4, 4), (8, 2)]
+    assert [t.number for t in study.trials] == list(range(10))
+    numbers = [int(o[-1].rpartition("=")[2]) for _, batch in launcher.calls for o in batch]
+    assert numbers == list(range(10))  # each job carries its own trial's number, for pruning reports
+
+
+def test_grid_covers_the_basic_sweepers_grid_and_finds_the_same_best(tmp_path):
+    grid = {"optimizer.learning_rate": "choice(0.001, 0.01)", "trainer.batch_size": "choice(16, 32)"}
+    launcher = RecordingLauncher()
+    study = make_sweep(tmp_path, launcher, sampler=GridSamplerConfig(seed=0), params=grid, n_trials=50).sweep([])
+    basic = BasicSweeper.split_arguments(
+        OverridesParser.create().parse_overrides(["optimizer.learning_rate=0.001,0.01", "trainer.batch_size=16,32"]),
+        None)
+    basic_trials = [tuple(o) for batch in basic for o in batch]
+    assert len(launcher.calls) == 4  # n_trials is capped at the grid's size
+    assert sorted(trial_params(launcher)) == sorted(basic_trials)
+    basic_best = max(score(dict(o.split("=", 1) for o in t)) for t in basic_trials)
+    assert study.best_value == basic_best
+    assert OmegaConf.load(tmp_path / "optimization_results.yaml").best_value == basic_best
+
+
+def test_a_seeded_tpe_sweep_repeats_itself_and_another_seed_differs(tmp_path):
+    runs = {}
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        launcher = RecordingLauncher()
+        # n_startup_trials=2: the last trials come from TPE's model, not from its random start
+        make_sweep(tmp_path, launcher, sampler=TPESamplerConfig(seed=seed, n_startup_trials=2), n_trials=5).sweep([])
+        runs[name] = trial_params(launcher)
+    assert runs["a"] == runs["b"]
+    assert runs["a"] != runs["c"]
+
+
+def test_command_line_sweeps_and_values_replace_the_presets(tmp_path):
+    launcher = RecordingLauncher()
+    make_sweep(tmp_path, launcher, n_trials=3).sweep(["trainer.batch_size=32", "seed=choice(5, 6)"])
+    for overrides in trial_params(launcher):
+        params = dict(o.split("=", 1) for o in overrides)
+        assert params["trainer.batch_size"] == "32" and params["seed"] in ("5", "6")
+        assert 1e-4 <= float(params["optimizer.learning_rate"]) <= 1e-1
+
+
+def test_a_failed_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_path):
+    def objective(params):
+        if params["trainer.batch_size"] == "64":
+            raise FloatingPointError("loss diverged")
+        return score(params)
+
+    study = make_sweep(tmp_path, RecordingLauncher(objective), n_trials=8, max_failure_rate=1.0).sweep([])
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert len(study.trials) == 8 and failed
+    assert all(t.params["trainer.batch_size"] == 64 for t in failed)
+    assert {t.user_attrs["fail_reason"] for t in failed} == {"FloatingPointError: loss diverged"}
+
+    strict = make_sweep(tmp_path, RecordingLauncher(objective), n_trials=8, max_failure_rate=0.0)
+    with pytest.raises(FloatingPointError, match="loss diverged"):
+        strict.sweep(["trainer.batch_size=64"])
+
+
+def test_a_stored_study_continues_with_n_trials_new_trials(tmp_path):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    for _ in range(2):
+        make_sweep(tmp_path, RecordingLauncher(), storage=storage, n_trials=3).sweep([])
+    study = optuna.load_study(study_name="test", storage=storage)
+    assert [t.number for t in study.trials] == list(range(6))
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"sampler": {"_target_": "os.system"}}, r"hydra\.sweeper\.sampler\._target_='os\.system' is not a class of "
+                                             r"optuna\.samplers"),
+    ({"sampler": {"_target_": "optuna.samplers.TPESampler", "n_startup": 3}}, r"hydra\.sweeper\.sampler could not "
+                                                                              r"be built"),
+    ({"pruner": {"_target_": "optuna.samplers.TPESampler"}}, r"hydra\.sweeper\.pruner\._target_=.* is not a class "
+                                                             r"of optuna\.pruners"),
+    ({"direction": ["maximize", "minimize"], "pruner": MedianPrunerConfig()}, "Optuna cannot prune a multi-objective"),
+    ({"direction": "up"}, "hydra.sweeper.direction must be minimize, maximize or a list of them"),
+    ({"params": {"optimizer.learning_rate": "interval(1e-3, 1e-1)"}, "sampler": GridSamplerConfig()},
+     r"hydra\.sweeper\.params\.optimizer\.learning_rate is a continuous interval"),
+])
+def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, settings, message):
+    settings = {k: OmegaConf.structured(v) if k in ("sampler", "pruner") else v for k, v in settings.items()}
+    with pytest.raises(UserError, match=message):
+        make_sweep(tmp_path, RecordingLauncher(), **settings).sweep([])
+
+
+def test_hydra_discovers_the_sweeper_and_composes_its_groups():
+    from hydra import compose, initialize_config_dir
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.sweeper import Sweeper
+
+    assert "ZooOptunaSweeper" in {cls.__name__ for cls in Plugins.instance().discover(Sweeper)}
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose("train", ["hparams_search=digits_mlp", "hydra/sweeper/sampler=gp", "hydra/sweeper/pruner=median"],
+                      return_hydra_config=True)
+    assert cfg.hydra.sweeper.sampler._target_ == "optuna.samplers.GPSampler"
+    assert cfg.hydra.sweeper.sampler.seed == 1234  # the preset's seed reaches whichever sampler is chosen
+    assert cfg.hydra.sweeper.pruner._target_ == "optuna.pruners.MedianPruner"
+    assert cfg.optimized_metric == "validation/accuracy" and cfg.dataset.validation_fraction > 0

@@ -1,0 +1,180 @@
+"""The Optuna sweep on Optuna's ask-and-tell API: ask `n_jobs` trials, hand them to the launcher in one call,
+tell Optuna each result (complete, pruned or failed with its reason), until this command's `n_trials` ran.
+
+The study lives in `storage` under `study_name`; running the same command again continues it with
+`n_trials` more trials (a grid: the points not yet run).
+"""
+import functools
+import logging
+import math
+import os
+
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.utils import instantiate
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from zoo.errors import UserError
+from zoo.loop import TrialPruned
+from zoo.sweeps import trial_link
+from zoo.sweeps.search_space import parse_search_space
+
+log = logging.getLogger(__name__)
+DIRECTIONS = ("minimize", "maximize")
+
+
+def build_optuna_object(node, module_name: str, base_name: str, setting: str):
+    """Instantiate `node` after checking that every `_target_` in it is a class of `module_name`."""
+    import importlib
+
+    module = importlib.import_module(module_name)
+    base = getattr(module, base_name)
+
+    def check(n, where):
+        if isinstance(n, DictConfig):
+            target = str(n.get("_target_", ""))
+            prefix, _, name = target.rpartition(".")
+            cls = getattr(module, name, None) if prefix == module_name and not name.startswith("_") else None
+            if "_target_" in n and not (isinstance(cls, type) and issubclass(cls, base)):
+                raise UserError(f"{where}._target_={target!r} is not a class of {module_name}; name one, e.g. "
+                                f"{module_name}.{'TPESampler' if base_name == 'BaseSampler' else 'MedianPruner'}.")
+            for key, value in n.items():
+                check(value, f"{where}.{key}")
+        elif isinstance(n, ListConfig):
+            for i, value in enumerate(n):
+                check(value, f"{where}[{i}]")
+
+    check(node, setting)
+    try:
+        return instantiate(node)
+    except Exception as e:  # hydra wraps the constructor's error; its last line names the bad argument
+        cause = e.__cause__ or e
+        raise UserError(f"{setting} could not be built: {str(cause).strip().splitlines()[-1]}") from None
+
+
+def directions_of(direction, directions) -> list:
+    chosen = directions if directions is not None else direction
+    values = list(chosen) if isinstance(chosen, (list, tuple, ListConfig)) else [chosen]
+    names = [str(getattr(d, "name", d)).lower() for d in values]
+    if not names or any(n not in DIRECTIONS for n in names):
+        raise UserError(f"hydra.sweeper.direction must be minimize, maximize or a list of them, got {chosen}.")
+    return names
+
+
+class OptunaSweep:
+    def __init__(self, sampler, direction, directions, storage, study_name, n_trials, n_jobs, max_failure_rate,
+                 params, pruner):
+        self.directions = directions_of(direction, directions)
+        if not (n_trials > 0 and n_jobs > 0 and 0.0 <= max_failure_rate <= 1.0):
+            raise UserError("hydra.sweeper.n_trials and hydra.sweeper.n_jobs must be positive and "
+                            f"hydra.sweeper.max_failure_rate in [0, 1], got {n_trials}, {n_jobs}, {max_failure_rate}.")
+        if pruner is not None and len(self.directions) > 1:
+            raise UserError("Optuna cannot prune a multi-objective study; drop hydra/sweeper/pruner or use one "
+                            "direction.")
+        self.sampler_cfg, self.pruner_cfg, self.params = sampler, pruner, params
+        self.storage, self.study_name = storage, study_name
+        self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def _study(self, grid: dict):
+        import optuna
+
+        sampler = build_optuna_object(self.sampler_cfg, "optuna.samplers", "BaseSampler", "hydra.sweeper.sampler")
+        if isinstance(sampler, functools.partial):  # GridSampler: its grid is the search space
+            sampler = sampler(grid)
+        pruner = None if self.pruner_cfg is None else build_optuna_object(
+            self.pruner_cfg, "optuna.pruners", "BasePruner", "hydra.sweeper.pruner")
+        if self.storage and str(self.storage).startswith("sqlite:///"):
+            os.makedirs(os.path.dirname(os.path.abspath(str(self.storage)[len("sqlite:///"):])), exist_ok=True)
+        return optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=sampler, pruner=pruner,
+                                   directions=self.directions, load_if_exists=True)
+
+    def sweep(self, arguments: list):
+        """Run this command's trials; returns the study."""
+        import optuna
+
+        space = parse_search_space(self.params, arguments)
+        is_grid = "GridSampler" in str(self.sampler_cfg.get("_target_", ""))
+        grid = space.grid() if is_grid else {}
+        study = self._study(grid)
+        n_trials = self.n_trials
+        if is_grid:  # a grid has math.prod(sizes) points; a resumed grid sweep runs the ones not yet run
+            done = sum(t.state.is_finished() for t in study.trials)
+            n_trials = min(n_trials, math.prod(len(v) for v in grid.values()) - done)
+        log.info("Study %s in %s: %d trials to run, %d at a time, directions %s", study.study_name,
+                 self.storage or "memory", n_trials, self.n_jobs, self.directions)
+        while n_trials > 0:
+            trials = [study.ask(space.distributions) for _ in range(min(self.n_jobs, n_trials))]
+            overrides = [self._overrides(t, space) for t in trials]
+            with trial_link.running(self.storage, self.study_name, trials):
+                returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+            self.job_idx += len(returns)
+            errors = [e for e in (self._tell(study, t, ret, optuna) for t, ret in zip(trials, returns)) if e]
+            if len(errors) > self.max_failure_rate * len(returns):
+                log.error("%d of %d trials failed, more than hydra.sweeper.max_failure_rate=%s allows",
+                          len(errors), len(returns), self.max_failure_rate)
+                raise errors[0]
+            n_trials -= len(trials)
+        self._write_results(study, optuna)
+        return study
+
+    @staticmethod
+    def _overrides(trial, space) -> list:
+        suggested = [f"{key}={value}" for key, value in trial.params.items()]
+        # The trial's number rides in the job's own config, so train() can report to it (zoo.sweeps.trial_link).
+        return [*suggested, *space.fixed.values(), f"++hydra.job.env_set.{trial_link.TRIAL_KEY}={trial.number}"]
+
+    def _tell(self, study, trial, ret: JobReturn, optuna):
+        """Record one finished job in the study; returns its error if it failed."""
+        if ret.hydra_cfg is not None:
+            trial.set_user_attr("run_dir", str(ret.hydra_cfg.hydra.runtime.output_dir))
+        error = ret._return_value if ret.status == JobStatus.FAILED else None  # .return_value would raise
+        if isinstance(error, (TrialPruned, optuna.TrialPruned)):
+            self._finish(study, trial, state=optuna.trial.TrialState.PRUNED)
+            return None
+        if error is None:
+            values = self._values(ret._return_value)
+            if values is not None:
+                self._finish(study, trial, values=values)
+                return None
+            error = ValueError(f"the task returned {ret._return_value!r}, not {len(self.directions)} finite "
+                               "number(s) for the direction(s) set")
+        trial.set_user_attr("fail_reason", f"{type(error).__name__}: {error}")
+        self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
+        log.warning("Trial %d failed: %s: %s", trial.number, type(error).__name__, error)
+        return error
+
+    def _values(self, returned):
+        values = list(returned) if isinstance(returned, (list, tuple, ListConfig)) else [returned]
+        try:
+            values = [float(v) for v in values]
+        except (TypeError, ValueError):
+            return None
+        return values if len(values) == len(self.directions) and all(map(math.isfinite, values)) else None
+
+    @staticmethod
+    def _finish(study, trial, **result) -> None:
+        try:
+            study.tell(trial, **result)
+        except RuntimeError as e:  # GridSampler asks the study to stop once the grid is done; ask-and-tell has no loop
+            if "Study.stop" not in str(e):
+                raise
+
+    def _write_results(self, study, optuna) -> None:
+        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        results = {"name": "optuna", "study_name": study.study_name, "n_trials": len(study.trials)}
+        if not done:
+            log.warning("No trial of study %s has completed, so there is no best trial.", study.study_name)
+        elif len(self.directions) == 1:
+            results.update(best_params=study.best_trial.params, best_value=study.best_trial.value)
+            log.info("Best value %s with %s", study.best_trial.value, study.best_trial.params)
+        else:
+            results["solutions"] = [{"params": t.params, "values": t.values} for t in study.best_trials]
+            log.info("Pareto front: %d trials", len(study.best_trials))
+        OmegaConf.save(OmegaConf.create(results), os.path.join(self.config.hydra.sweep.dir,
+                                                               "optimization_results.yaml"))

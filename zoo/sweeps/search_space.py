@@ -1,0 +1,78 @@
+"""`hydra.sweeper.params` in Hydra's override grammar -> Optuna distributions, parsed by Hydra's own parser.
+
+    interval(a, b)            FloatDistribution (IntDistribution when both ends are ints)
+    tag(log, interval(a, b))  the same on a log scale
+    choice(x, y, ...)         CategoricalDistribution (lists are passed as their override text: [64, 64])
+    range(a, b[, step])       IntDistribution over [a, b) (FloatDistribution when a value is a float)
+    plain value               a fixed override, passed to every trial
+"""
+from dataclasses import dataclass, field
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, Transformer
+from hydra.errors import HydraException
+
+from zoo.errors import UserError
+
+
+@dataclass
+class SearchSpace:
+    distributions: dict = field(default_factory=dict)  # key -> optuna distribution
+    fixed: dict = field(default_factory=dict)  # key -> the override every trial gets, as written
+
+    def grid(self) -> dict:
+        """key -> the list of values GridSampler walks; only discrete distributions have one."""
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        grid = {}
+        for key, d in self.distributions.items():
+            if isinstance(d, CategoricalDistribution):
+                grid[key] = list(d.choices)
+            elif isinstance(d, IntDistribution):
+                grid[key] = list(range(d.low, d.high + 1, d.step))
+            else:
+                raise UserError(f"hydra.sweeper.params.{key} is a continuous interval, which a grid cannot walk; "
+                                "use choice(...) or range(...) with hydra/sweeper/sampler=grid.")
+        return grid
+
+
+def _distribution(override: Override):
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    value, key = override.value(), override.get_key_element()
+    if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
+        return CategoricalDistribution(list(override.sweep_iterator(transformer=Transformer.encode)))
+    if override.is_range_sweep():
+        # Hydra's range excludes `stop`, Optuna's includes `high`: the last value is the last one range yields.
+        values = list(override.sweep_iterator())
+        if not values:
+            raise UserError(f"{key}={override.get_value_element_as_str()} is an empty range; widen it.")
+        if any(isinstance(v, float) for v in (value.start, value.stop, value.step)):
+            return FloatDistribution(float(values[0]), float(values[-1]), step=float(value.step))
+        return IntDistribution(int(values[0]), int(values[-1]), step=int(value.step))
+    if override.is_interval_sweep():
+        log = "log" in value.tags
+        if isinstance(value.start, int) and isinstance(value.end, int):
+            return IntDistribution(value.start, value.end, log=log)
+        return FloatDistribution(float(value.start), float(value.end), log=log)
+    raise UserError(f"{override.input_line} is a sweep the Optuna sweeper cannot sample; use interval(...), "
+                    "tag(log, interval(...)), choice(...) or range(...).")
+
+
+def parse_search_space(params: dict, arguments: list) -> SearchSpace:
+    """The preset's `params`, then the command line's overrides (which win for the same key)."""
+    lines = [f"{key}={value}" for key, value in (params or {}).items()] + list(arguments)
+    try:
+        overrides = OverridesParser.create().parse_overrides(lines)
+    except HydraException as e:
+        raise UserError(f"a sweep parameter could not be parsed: {str(e).splitlines()[0]}") from None
+    space = SearchSpace()
+    for override in overrides:
+        key = override.get_key_element()
+        space.distributions.pop(key, None)  # a later override of the same key replaces the earlier one
+        space.fixed.pop(key, None)
+        if override.is_sweep_override():
+            space.distributions[key] = _distribution(override)
+        else:
+            space.fixed[key] = override.input_line
+    return space

@@ -1,0 +1,73 @@
+"""How train() inside a sweep reaches its Optuna trial: it reports the periodic eval metric as an intermediate
+value and asks the study's pruner whether to stop.
+
+The sweeper puts the trial's number into the job's config (`hydra.job.env_set.ZOO_OPTUNA_TRIAL`). A job in
+the sweeper's own process (the basic launcher) finds the asked trial here; a job in another process (submitit)
+opens the study from `hydra.sweeper.storage`, so pruning there needs a database storage.
+"""
+import contextlib
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+from zoo.config import METRICS
+from zoo.errors import UserError
+
+TRIAL_KEY = "ZOO_OPTUNA_TRIAL"
+_asked = {}  # (storage, study name, trial number) -> optuna.Trial, while the launcher runs the batch
+
+
+@contextlib.contextmanager
+def running(storage, study_name, trials):
+    keys = [(storage, study_name, t.number) for t in trials]
+    _asked.update(zip(keys, trials))
+    try:
+        yield
+    finally:
+        for key in keys:
+            _asked.pop(key, None)
+
+
+def _trial(storage, study_name, number: int, pruner_cfg):
+    trial = _asked.get((storage, study_name, number))
+    if trial is not None:
+        return trial
+    if storage is None:
+        raise UserError("pruning a trial run in another process needs a shared study; set hydra.sweeper.storage "
+                        "(e.g. sqlite:///${hydra.sweep.dir}/optuna.db).")
+    import optuna
+
+    from zoo.sweeps.optuna_sweeper import build_optuna_object
+
+    pruner = build_optuna_object(pruner_cfg, "optuna.pruners", "BasePruner", "hydra.sweeper.pruner")
+    study = optuna.load_study(study_name=study_name, storage=storage, pruner=pruner)
+    storage_obj = study._storage  # Trial needs the id; Optuna exposes only the number-to-id lookup on storages
+    return optuna.Trial(study, storage_obj.get_trial_id_from_study_id_trial_number(study._study_id, number))
+
+
+def eval_reporter(cfg, task):
+    """report(step, eval metrics) -> True when the pruner stops this trial; None outside a pruned sweep."""
+    if not HydraConfig.initialized():
+        return None
+    hydra_cfg = HydraConfig.get()
+    number = OmegaConf.select(hydra_cfg, f"job.env_set.{TRIAL_KEY}")
+    pruner_cfg = OmegaConf.select(hydra_cfg, "sweeper.pruner")
+    if number is None or pruner_cfg is None:
+        return None
+    name = cfg.optimized_metric or f"test/{task.objective}"
+    metric = str(name).rpartition("/")[2]
+    task_metrics = METRICS[cfg.dataset.task]
+    if metric not in task_metrics:
+        raise UserError(f"hydra.sweeper.pruner needs optimized_metric to name an eval metric "
+                        f"({', '.join(f'validation/{m}' for m in task_metrics if m != 'count')}), got "
+                        f"{cfg.optimized_metric}.")
+    if cfg.trainer.eval_every <= 0:
+        raise UserError("hydra.sweeper.pruner needs periodic evals to judge a trial by; set trainer.eval_every "
+                        "to a number of steps.")
+    trial = _trial(hydra_cfg.sweeper.storage, hydra_cfg.sweeper.study_name, int(number), pruner_cfg)
+
+    def report(step: int, metrics: dict) -> bool:
+        trial.report(float(metrics[metric]), step)
+        return trial.should_prune()
+
+    return report
