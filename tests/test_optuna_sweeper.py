@@ -158,3 +158,20 @@ def test_hydra_discovers_the_sweeper_and_composes_its_groups():
     assert cfg.hydra.sweeper.sampler.seed == 1234  # the preset's seed reaches whichever sampler is chosen
     assert cfg.hydra.sweeper.pruner._target_ == "optuna.pruners.MedianPruner"
     assert cfg.optimized_metric == "validation/accuracy" and cfg.dataset.validation_fraction > 0
+
+
+def test_a_pruned_trial_without_periodic_evals_fails_with_one_sentence():
+    from types import SimpleNamespace
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose("train", ["hparams_search=digits_mlp", "hydra/sweeper/pruner=median", "trainer.eval_every=0",
+                                f"++hydra.job.env_set.{trial_link.TRIAL_KEY}=0"], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    try:
+        with pytest.raises(UserError, match="hydra.sweeper.pruner needs periodic evals to judge a trial by"):
+            trial_link.eval_reporter(cfg, SimpleNamespace(objective="accuracy"))
+    finally:
+        HydraConfig.instance().cfg = None

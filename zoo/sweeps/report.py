@@ -16,15 +16,11 @@ import sys
 
 from omegaconf import OmegaConf
 
-from zoo.sweeps import pareto
+from zoo.sweeps import pareto, plots
 
 MINIMIZED_METRICS = ("loss", "mse", "mae", "wall_time_s")
 STATUS_ORDER = {"completed": 0, "pruned": 1, "unfinished": 2, "failed": 3}
 REPORTED_SPLITS = ("validation", "test")  # a search selects on validation; the test figures stand beside it
-
-
-def _natural(path: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
 
 
 def find_job_dirs(root: str) -> list:
@@ -33,7 +29,7 @@ def find_job_dirs(root: str) -> list:
         if os.path.isfile(os.path.join(dirpath, ".hydra", "overrides.yaml")):
             jobs.append(dirpath)
             dirnames.clear()  # a run's own subfolders (tensorboard, checkpoints) hold no jobs
-    return sorted(jobs, key=_natural)
+    return sorted(jobs, key=plots.natural)
 
 
 def _load_json(path: str):
@@ -110,7 +106,7 @@ def collect(root: str) -> dict:
     for r in rows:
         r["pareto"] = any(r is member for member in front)
     rows.sort(key=lambda r: (STATUS_ORDER[r["status"]], not r["pareto"], sign * pareto.first(r["objective"])
-                             if _finite(r["objective"]) else 0.0, _natural(r["job"])))
+                             if _finite(r["objective"]) else 0.0, plots.natural(r["job"])))
     keys = dict.fromkeys(k for r in rows for k in r["params"])
     return {"root": os.path.abspath(root), "objective": name, "direction": direction, "rows": rows,
             "best": rows[0] if rows and rows[0]["status"] == "completed" and not multi else None,
@@ -182,48 +178,6 @@ def write_markdown(s: dict, path: str) -> None:
     _write_text(path, "\n".join(lines) + "\n")
 
 
-def write_plot(s: dict, path: str) -> None:
-    """Objective against each swept parameter; a log axis where positive values span a factor of 20 or more."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if isinstance(s["objective"], list):
-        return pareto.write_plot(s, path)
-    done = [r for r in s["rows"] if r["status"] == "completed"]
-    if not s["params"] or not done:
-        return
-    n = len(s["params"])
-    cols, rows = min(n, 3), math.ceil(n / 3)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False, sharey=True)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    for ax, key in zip(axes.flat, s["params"]):
-        values = [r["params"].get(key, "") for r in done]
-        try:
-            xs = [float(v) for v in values]
-            if min(xs) > 0 and max(xs) / min(xs) >= 20:
-                ax.set_xscale("log")
-        except ValueError:  # categorical: one tick per choice
-            labels = sorted(set(values), key=_natural)
-            xs = [labels.index(v) for v in values]
-            ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
-            ax.set_xlim(-0.5, len(labels) - 0.5)
-        ax.scatter(xs, [r["objective"] for r in done], alpha=0.8)
-        ax.scatter(xs[0], done[0]["objective"], marker="*", s=200, color="tab:red", label="best")
-        ax.set_xlabel(key)
-    for row in axes:
-        row[0].set_ylabel(f"{s['objective']} ({s['direction']})")
-    axes[0][0].legend()
-    counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned")}
-    fig.suptitle(f"{len(done)} completed, {counts['pruned']} pruned, {counts['failed']} failed", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(_tmp(path), format="png", dpi=100)
-    plt.close(fig)
-    os.replace(_tmp(path), path)
-
-
 def best_text(s: dict) -> str:
     if isinstance(s["objective"], list):
         return pareto.front_text(s)
@@ -239,7 +193,7 @@ def write_summary(root: str) -> dict:
     s = collect(root)
     write_csv(s, os.path.join(root, "summary.csv"))
     write_markdown(s, os.path.join(root, "summary.md"))
-    write_plot(s, os.path.join(root, "summary.png"))
+    plots.write_plot(s, os.path.join(root, "summary.png"))
     return s
 
 
