@@ -175,3 +175,14 @@ def test_a_pruned_trial_without_periodic_evals_fails_with_one_sentence():
             trial_link.eval_reporter(cfg, SimpleNamespace(objective="accuracy"))
     finally:
         HydraConfig.instance().cfg = None
+
+
+def test_the_summarys_pareto_front_is_optunas():
+    from zoo.sweeps import pareto
+
+    values = [[0.9, 10.0], [0.95, 20.0], [0.9, 12.0], [0.8, 5.0], [0.95, 25.0], [0.7, 5.0]]
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.add_trials([optuna.trial.create_trial(values=v) for v in values])
+    rows = [{"objective": v} for v in values]
+    assert [r["objective"] for r in pareto.front(rows, ["maximize", "minimize"])] == \
+        [t.values for t in sorted(study.best_trials, key=lambda t: t.number)] == [[0.9, 10.0], [0.95, 20.0], [0.8, 5.0]]
