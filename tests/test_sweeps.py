@@ -160,6 +160,8 @@ def test_a_pruned_trial_stops_keeps_its_checkpoint_and_shows_as_pruned(pruned_sw
     assert list(trials[1e-9].intermediate_values) == [10] and trials[1e-9].intermediate_values[10] < 0.3
     rows = {float(r["optimizer.learning_rate"]): r for r in summary_rows(pruned_sweep)}
     assert rows[1e-9]["status"] == "pruned" and "pruned at step 10" in rows[1e-9]["reason"]
+    assert int(rows[1e-9]["steps"]) == 10  # the steps it ran, and the eval the pruner judged
+    assert float(rows[1e-9]["validation/accuracy"]) == pytest.approx(trials[1e-9].intermediate_values[10])
     assert rows[1e-2]["status"] == "completed"
     run_dir = pathlib.Path(rows[1e-9]["run_dir"])
     assert trials[1e-9].user_attrs["run_dir"] == str(run_dir)

@@ -8,8 +8,6 @@ otherwise it is unfinished. A multi-objective sweep (a list of directions) is ra
 """
 import csv
 import io
-import json
-import math
 import os
 import re
 import sys
@@ -17,53 +15,10 @@ import sys
 from omegaconf import OmegaConf
 
 from zoo.sweeps import pareto, plots
+from zoo.sweeps.jobs import finite, find_job_dirs, read_job
 
 MINIMIZED_METRICS = ("loss", "mse", "mae", "wall_time_s")
 STATUS_ORDER = {"completed": 0, "pruned": 1, "unfinished": 2, "failed": 3}
-REPORTED_SPLITS = ("validation", "test")  # a search selects on validation; the test figures stand beside it
-
-
-def find_job_dirs(root: str) -> list:
-    jobs = []
-    for dirpath, dirnames, _ in os.walk(root):
-        if os.path.isfile(os.path.join(dirpath, ".hydra", "overrides.yaml")):
-            jobs.append(dirpath)
-            dirnames.clear()  # a run's own subfolders (tensorboard, checkpoints) hold no jobs
-    return sorted(jobs, key=plots.natural)
-
-
-def _load_json(path: str):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):  # missing, or a failed job's
-        return None
-
-
-def read_job(job_dir: str, root: str) -> dict:
-    overrides = [str(o) for o in OmegaConf.load(os.path.join(job_dir, ".hydra", "overrides.yaml"))]
-    row = {"job": os.path.relpath(job_dir, root), "run_dir": os.path.abspath(job_dir), "status": "unfinished",
-           "objective": None, "metrics": {}, "steps": None, "wall_time_s": None, "reason": "",
-           "overrides": overrides, "params": dict(o.split("=", 1) for o in overrides if "=" in o)}
-    results = _load_json(os.path.join(job_dir, "results.json"))
-    failure = _load_json(os.path.join(job_dir, "failure.json"))
-    if results is not None:
-        row.update(status="completed", objective=results.get("objective"), steps=results.get("steps"),
-                   wall_time_s=results.get("wall_time_s"),
-                   metrics={f"{split}/{k}": v for split in REPORTED_SPLITS
-                            for k, v in results.get(split, {}).items() if k != "count"})
-        if not _finite(row["objective"]):
-            row.update(status="failed", reason=f"objective is {row['objective']}")
-    elif failure is not None:
-        row.update(status="pruned" if failure.get("status") == "pruned" else "failed",
-                   reason=f"{failure.get('error', 'Error')}: {failure.get('reason', '')}")
-    return row
-
-
-def _finite(x) -> bool:
-    if isinstance(x, list):  # a multi-objective sweep's values
-        return bool(x) and all(map(_finite, x))
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def objective_and_direction(job_dir: str) -> tuple:
@@ -106,7 +61,7 @@ def collect(root: str) -> dict:
     for r in rows:
         r["pareto"] = any(r is member for member in front)
     rows.sort(key=lambda r: (STATUS_ORDER[r["status"]], not r["pareto"], sign * pareto.first(r["objective"])
-                             if _finite(r["objective"]) else 0.0, plots.natural(r["job"])))
+                             if finite(r["objective"]) else 0.0, plots.natural(r["job"])))
     keys = dict.fromkeys(k for r in rows for k in r["params"])
     return {"root": os.path.abspath(root), "objective": name, "direction": direction, "rows": rows,
             "best": rows[0] if rows and rows[0]["status"] == "completed" and not multi else None,
