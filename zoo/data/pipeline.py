@@ -20,11 +20,24 @@ class Split:
 
 
 @dataclass(frozen=True)
+class Standardizer:
+    """(a - mean) / std with statistics fitted on train; kept so an exported model applies the same arithmetic."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        return ((a - self.mean) / self.std).astype(np.float32)
+
+
+@dataclass(frozen=True)
 class Dataset:
     splits: dict  # name -> Split; always 'train' and 'test', 'validation' when carved
     task: str
     input_shape: tuple
     out_features: int
+    x_scaler: Standardizer = None  # raw inputs -> model inputs
+    y_scaler: Standardizer = None  # regression only: raw targets -> model targets
 
     @property
     def eval_split(self) -> str:
@@ -32,13 +45,13 @@ class Dataset:
         return "validation" if "validation" in self.splits else "test"
 
 
-def _normalizer(x: np.ndarray, how: str):
+def _normalizer(x: np.ndarray, how: str) -> Standardizer:
     if how == "none":
-        return lambda a: a
+        return Standardizer(np.float32(0.0), np.float32(1.0))  # float32 a - 0 and a / 1 are exactly a
     axis = 0 if how == "per_feature" else None
     mean, std = x.mean(axis=axis), x.std(axis=axis)
     std = np.where(std > 1e-6, std, 1.0)  # constant features (e.g. blank border pixels) stay 0
-    return lambda a: ((a - mean) / std).astype(np.float32)
+    return Standardizer(mean, std)
 
 
 def check_contract(cfg, raw: dict) -> None:
@@ -82,11 +95,12 @@ def build_dataset(cfg, arrays: dict) -> Dataset:
     if cfg.task == "classification":
         out_features = cfg.num_classes
         norm_y = lambda y: y.astype(np.int32)  # noqa: E731
+        y_scaler = None
     else:
         out_features = y_train.shape[-1]
-        norm_y = _normalizer(y_train, "per_feature" if cfg.normalize_target else "none")
+        norm_y = y_scaler = _normalizer(y_train, "per_feature" if cfg.normalize_target else "none")
     splits = {name: Split(norm_x(x), norm_y(y)) for name, (x, y) in raw.items()}
-    return Dataset(splits, cfg.task, tuple(x_train.shape[1:]), int(out_features))
+    return Dataset(splits, cfg.task, tuple(x_train.shape[1:]), int(out_features), norm_x, y_scaler)
 
 
 class TrainStream:
