@@ -17,9 +17,9 @@ from zoo.targets import check_targets
 log = logging.getLogger("zoo")
 
 
-def _check_command(cfg: DictConfig) -> None:
+def _check_command(cfg: DictConfig, script: str) -> None:
     if OmegaConf.is_missing(cfg, "run_dir"):
-        raise UserError("run_dir is required: python eval.py run_dir=outputs/<date>/<time> (a training run's "
+        raise UserError(f"run_dir is required: python {script} run_dir=outputs/<date>/<time> (a training run's "
                         "directory).")
     if cfg.trainer.batch_size is not None and cfg.trainer.batch_size <= 0:
         raise UserError(f"trainer.batch_size must be a positive integer or null, got {cfg.trainer.batch_size}.")
@@ -82,27 +82,35 @@ def saved_train_config(ckpts: Checkpoints, step: int, cfg: DictConfig) -> DictCo
     return train_cfg
 
 
-def evaluate(cfg: DictConfig) -> dict:
+def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
+    """(run, step, host state, checkpoint metadata) of the checkpoint `cfg` names; `<run_dir>/<out_name>/`
+    is checked writable first.
+
+    Shared by the commands that read a finished run (eval.py, export.py): devices are chosen before the
+    checkpoints are opened, and the saved config passes the allow-list before anything is built."""
     from zoo.train import build
 
-    _check_command(cfg)
+    _check_command(cfg, script)
     select_devices(cfg.parallel)  # before opening checkpoints starts JAX with its default device count
     ckpts = _open_checkpoints(cfg.run_dir)
-    out_dir = os.path.join(cfg.run_dir, "eval")
-    reason = unwritable_reason(out_dir)  # now, not after the whole evaluation
+    reason = unwritable_reason(os.path.join(cfg.run_dir, out_name))  # now, not after the whole command
     if reason:
-        raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): eval results go to its eval/ "
+        raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): {what} go to its {out_name}/ "
                         "directory; copy the run somewhere writable and pass that run_dir.")
     candidates = _pick_steps(ckpts, cfg.checkpoint)
     run = build(saved_train_config(ckpts, candidates[0], cfg))  # every step of a run shares one config
+    step, tree, meta = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
+                                           candidates, hint="train the run again or pass another run_dir.")
+    return run, step, tree["state"], meta
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    run, step, state, _ = restore_run(cfg, "eval.py", "eval", "eval results")
     if cfg.split not in run.eval_sets:
         raise UserError(f"split={cfg.split} is not in this run; choose one of {sorted(run.eval_sets)}.")
-    step, tree, _ = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
-                                        candidates, hint="train the run again or pass another run_dir.")
-    mode = run.compiled.mode
     batches, count = run.eval_sets[cfg.split]
-    metrics = eval_loop(mode.put_state(tree["state"]), run.compiled, batches, count)
-    path = os.path.join(out_dir, f"{cfg.split}-{step}.json")
+    metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, batches, count)
+    path = os.path.join(cfg.run_dir, "eval", f"{cfg.split}-{step}.json")
     with open(path + ".tmp", "w") as f:
         json.dump({"step": step, "split": cfg.split, **metrics}, f, indent=2)
     os.replace(path + ".tmp", path)
