@@ -69,7 +69,7 @@ def run_task(fn, cfg):
         output_dir = OmegaConf.select(cfg, "paths.output_dir")  # train only; eval checks its run_dir itself
         if output_dir:
             check_writable(output_dir, "paths.output_dir")
-        return fn(cfg)["objective"]
+        return fn(cfg).get("objective")
     except UserError as e:
         if _in_multirun():
             if isinstance(e, Interrupted):

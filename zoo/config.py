@@ -1,6 +1,6 @@
 """Structured config schema (type and key checks at compose time) and value checks before any JAX work."""
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
@@ -127,9 +127,30 @@ class EvalConfig:
     paths: EvalPathsConfig = field(default_factory=EvalPathsConfig)
 
 
+@dataclass
+class ExportConfig:
+    run_dir: str = MISSING
+    checkpoint: str = "latest"  # latest | best | <step>
+    platforms: List[str] = field(default_factory=lambda: ["cpu"])  # jax.export targets
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    trainer: EvalTrainerConfig = field(default_factory=EvalTrainerConfig)
+    paths: EvalPathsConfig = field(default_factory=EvalPathsConfig)
+
+
+@dataclass
+class PredictConfig:
+    run_dir: str = MISSING
+    input: str = MISSING  # .npy or .csv
+    output: Optional[str] = None  # a .csv file; None = stdout
+    batch_size: int = 1024
+
+
 def register_configs() -> None:
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-    ConfigStore.instance().store(name="eval_schema", node=EvalConfig)
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(name="eval_schema", node=EvalConfig)
+    store.store(name="export_schema", node=ExportConfig)
+    store.store(name="predict_schema", node=PredictConfig)
 
 
 def _require(ok: bool, message: str) -> None:

@@ -1,0 +1,17 @@
+"""Export a finished run: `python export.py run_dir=outputs/... [checkpoint=best|latest|STEP]` -> <run_dir>/export/."""
+import hydra
+
+from zoo.cli import run_task
+from zoo.config import register_configs
+from zoo.export.artifact import export
+
+register_configs()
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="export")
+def main(cfg):
+    return run_task(export, cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""Predict with an exported model: `python predict.py run_dir=outputs/... input=FILE.npy|FILE.csv [output=FILE.csv]`."""
+import hydra
+
+from zoo.cli import run_task
+from zoo.config import register_configs
+from zoo.export.predict import predict
+
+register_configs()
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="predict")
+def main(cfg):
+    return run_task(predict, cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""export.py / predict.py: the exported function equals the zoo's forward pass, runs without flax or zoo, and
+predict.py refuses bad inputs without writing anything."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hydra import compose, initialize_config_dir
+
+from conftest import CONF, ROOT, subprocess_env
+from zoo.data import read_splits
+from zoo.errors import UserError
+from zoo.evaluate import evaluate
+from zoo.export.artifact import export, write_directory
+from zoo.export.predict import predict
+from zoo.train import build, build_model, train
+
+
+def load_exported(run_dir):
+    with open(run_dir / "export" / "model.jax", "rb") as f:
+        return jax.export.deserialize(bytearray(f.read()))
+
+
+def raw_inputs(cfg, n: int) -> np.ndarray:
+    """n rows of the raw (unnormalised) test split, repeated if the split is smaller."""
+    x, _ = read_splits(cfg.dataset, cfg.paths.data_dir)["test"]
+    return x[np.random.default_rng(0).choice(len(x), n, replace=n > len(x))]
+
+
+def zoo_forward(cfg, host_state, x_raw) -> np.ndarray:
+    """The zoo's own inference: numpy normalisation, the nnx model in eval mode, targets' units restored."""
+    data = build(cfg).data
+    graphdef, _, _ = nnx.split(build_model(cfg, data), nnx.Param, ...)
+    model = nnx.merge(graphdef, host_state.params, host_state.model_state)
+    outputs = np.asarray(model(jnp.asarray(data.x_scaler(x_raw)), train=False))
+    return outputs if data.y_scaler is None else outputs * data.y_scaler.std + data.y_scaler.mean
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=linear"], ["model=mlp"], ["model=cnn"],
+    ["model=cnn", "parallel.mode=pmap", "parallel.cpu_devices=2"],
+    ["model=mlp", "parallel.mode=sharded", "parallel.cpu_devices=2"],
+    ["model=linear", "dataset=diabetes"],
+], ids=["linear", "mlp", "cnn", "cnn-pmap", "mlp-sharded", "linear-regression"])
+def test_exported_outputs_equal_the_zoo_forward_pass(make_cfg, tmp_path, overrides):
+    cfg = make_cfg("debug=smoke", *overrides)
+    trained = train(cfg)
+    export(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="export"))
+    exported = load_exported(tmp_path / "run")
+    for batch in (1, 7, 300):
+        x = raw_inputs(cfg, batch)
+        expected, got = zoo_forward(cfg, trained["state"], x), exported.call(x)
+        if cfg.dataset.task == "classification":
+            np.testing.assert_allclose(got["logits"], expected, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(got["probabilities"], jax.nn.softmax(expected), rtol=1e-6, atol=1e-6)
+            assert np.array_equal(np.argmax(got["logits"], -1), np.argmax(expected, -1))
+        else:
+            np.testing.assert_allclose(got["predictions"], expected, rtol=1e-6, atol=1e-6)
+            assert got["predictions"].shape == (batch, 1)
+
+
+@pytest.fixture(scope="module")
+def exported_run(tmp_path_factory, data_dir):
+    """One trained and exported MLP run (kept two checkpoints apart so `best` and `latest` can differ)."""
+    run_dir = tmp_path_factory.mktemp("exported") / "run"
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose("train", overrides=["debug=smoke", "model.hidden=[32]", "trainer.checkpoint_every=2",
+                                          f"paths.data_dir={data_dir}", f"paths.output_dir={run_dir}",
+                                          "paths.compilation_cache_dir=null"])
+        train(cfg)
+        export(compose("export", overrides=[f"run_dir={run_dir}", "checkpoint=best", f"paths.data_dir={data_dir}",
+                                            "paths.compilation_cache_dir=null"]))
+    return run_dir, cfg
+
+
+def test_exported_accuracy_on_the_test_split_equals_eval(make_cfg, exported_run):
+    run_dir, cfg = exported_run
+    x, y = read_splits(cfg.dataset, cfg.paths.data_dir)["test"]
+    accuracy = float(np.mean(np.argmax(np.asarray(load_exported(run_dir).call(x)["logits"]), -1) == y))
+    evaluated = evaluate(make_cfg(f"run_dir={run_dir}", "checkpoint=best", config_name="eval"))
+    signature = json.loads((run_dir / "export" / "signature.json").read_text())
+    assert accuracy == evaluated["metrics"]["accuracy"] == signature["checkpoint"]["test"]["accuracy"]
+    assert signature["checkpoint"]["step"] == evaluated["step"]
+    assert signature["input"] == {"name": "x", "shape": [None, 8, 8, 1], "dtype": "float32",
+                                  "units": "raw, as the dataset stores them: normalisation is part of the model"}
+    assert [o["name"] for o in signature["outputs"]] == ["logits", "probabilities"]
+    assert signature["config"]["model"]["hidden"] == [32] and signature["versions"]["jax"] == jax.__version__
+
+
+def readme_serving_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "jax.export.deserialize" in b]
+    assert len(blocks) == 1, "README.md must hold one python block that serves model.jax"
+    return blocks[0]
+
+
+def test_the_readme_serving_example_runs_with_only_jax_and_numpy(exported_run, tmp_path, data_dir):
+    run_dir, cfg = exported_run
+    x = raw_inputs(cfg, 5)
+    np.save(tmp_path / "new_digits.npy", x)
+    script = tmp_path / "serve.py"
+    script.write_text(readme_serving_example() + "\nassert 'flax' not in sys.modules and 'zoo' not in sys.modules\n")
+    done = subprocess.run([sys.executable, str(script), str(run_dir), str(tmp_path / "new_digits.npy")],
+                          cwd=tmp_path, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    expected = np.argmax(load_exported(run_dir).call(x)["probabilities"], -1)
+    assert done.stdout.split() == [str(c) for c in expected]
+
+
+def predict_cfg(*overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):  # predict has no paths.* to set
+        return compose("predict", overrides=list(overrides))
+
+
+def test_predict_reads_npy_and_csv_and_writes_stdout_or_a_file(exported_run, tmp_path, capsys):
+    run_dir, cfg = exported_run
+    x = raw_inputs(cfg, 7)
+    np.save(tmp_path / "x.npy", x.astype(np.float64))  # np.save's default dtype: converted, not refused
+    np.savetxt(tmp_path / "x.csv", x.reshape(7, -1).astype(int), delimiter=",", fmt="%d")  # digits are integers
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}"))
+    printed = capsys.readouterr().out
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.csv'}", f"output={tmp_path / 'p.csv'}",
+                        "batch_size=3"))
+    assert (tmp_path / "p.csv").read_text() == printed
+    rows = [line.split(",") for line in printed.splitlines()]
+    assert rows[0] == ["class"] + [f"probability_{k}" for k in range(10)] and len(rows) == 8
+    probabilities = load_exported(run_dir).call(x)["probabilities"]
+    assert [int(r[0]) for r in rows[1:]] == list(np.argmax(probabilities, -1))
+    np.testing.assert_allclose(np.array(rows[1:], float)[:, 1:], probabilities, rtol=1e-6)
+
+
+def test_predict_command_prints_only_predictions(exported_run, tmp_path, data_dir):
+    run_dir, cfg = exported_run
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    done = subprocess.run([sys.executable, "predict.py", f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}"],
+                          cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith("class,probability_0") and len(done.stdout.splitlines()) == 4
+
+
+EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one example per line, 64 comma"
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("x.npy", np.zeros((4, 8, 8)), r"has shape \(4, 8, 8\); the model expects " + EXPECTED),
+    ("x.npy", np.zeros((0, 8, 8, 1)), r"holds no examples; the model expects " + EXPECTED),
+    ("x.npy", np.full((2, 8, 8, 1), "a"), r"has dtype <U1; the model takes integers or floats of shape " + EXPECTED),
+    ("x.npy", np.full((2, 8, 8, 1), None), r"cannot be read as numbers \(.*allow_pickle=False.*\); it must hold "),
+    ("x.npy", np.full((2, 8, 8, 1), np.nan), r"holds NaN or infinite values"),
+    ("x.csv", "1,2,3\n4,5,6\n", r"has shape \(2, 3\); the model expects " + EXPECTED),
+    ("x.csv", "1," * 63 + "one\n", r"cannot be read as numbers \(.*one.*\); it must hold " + EXPECTED),
+    ("x.csv", "", r"holds no examples; the model expects " + EXPECTED),
+    ("x.txt", "1\n", r"must be a \.npy or \.csv file of shape " + EXPECTED),
+], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "csv-columns", "csv-text", "csv-empty",
+        "extension"])
+def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
+                                                                      name, content, message):
+    path, output = tmp_path / name, tmp_path / "p.csv"
+    if isinstance(content, str):
+        path.write_text(content)
+    else:
+        np.save(path, content, allow_pickle=True)
+    output.write_text("earlier predictions\n")
+    with pytest.raises(UserError, match=f"input={re.escape(str(path))} {message}"):
+        predict(predict_cfg(f"run_dir={exported_run[0]}", f"input={path}", f"output={output}"))
+    assert output.read_text() == "earlier predictions\n" and capsys.readouterr().out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "p.csv"])
+
+
+def test_predict_without_an_export_or_arguments(tmp_path):
+    with pytest.raises(UserError, match=r"run_dir and input are required: python predict\.py run_dir="):
+        predict(predict_cfg())
+    with pytest.raises(UserError, match=r"has no readable export .*; run `python export\.py run_dir=.*` first\."):
+        predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy"))
+
+
+def test_export_checks_targets_first_and_keeps_the_previous_export_on_failure(make_cfg, exported_run, tmp_path,
+                                                                                monkeypatch):
+    run_dir = tmp_path / "run"
+    shutil.copytree(exported_run[0], run_dir)
+    before = (run_dir / "export" / "model.jax").read_bytes()
+    with pytest.raises(TypeError):  # the second file fails to write
+        write_directory(str(run_dir / "export"), {"model.jax": b"new", "signature.json": None})
+    assert (run_dir / "export" / "model.jax").read_bytes() == before
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".export")]
+    for meta in (run_dir / "checkpoints").rglob("meta/metadata"):
+        saved = json.loads(meta.read_text())
+        saved["config"]["model"]["_target_"] = "os.system"
+        meta.write_text(json.dumps(saved))
+    monkeypatch.setattr("zoo.train.build", lambda *a: pytest.fail("the run was built before the check"))
+    with pytest.raises(UserError, match=r"_target_='os\.system', which is not allowed"):
+        export(make_cfg(f"run_dir={run_dir}", config_name="export"))
+    assert (run_dir / "export" / "model.jax").read_bytes() == before
+    with pytest.raises(UserError, match=r"platforms=\['gpu'\] must be a non-empty list of cpu, cuda, rocm, tpu"):
+        export(make_cfg(f"run_dir={run_dir}", "platforms=[gpu]", config_name="export"))
+    with pytest.raises(UserError, match=r"run_dir is required: python export\.py run_dir="):
+        export(make_cfg(config_name="export"))
+
+
+def test_an_export_for_cpu_and_cuda_runs_here(make_cfg, exported_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(exported_run[0], run_dir)
+    export(make_cfg(f"run_dir={run_dir}", "checkpoint=best", "platforms=[cpu,cuda]", config_name="export"))
+    both, cpu_only = load_exported(run_dir), load_exported(exported_run[0])
+    assert both.platforms == ("cpu", "cuda")
+    x = raw_inputs(exported_run[1], 7)
+    np.testing.assert_array_equal(both.call(x)["logits"], cpu_only.call(x)["logits"])

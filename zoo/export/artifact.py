@@ -1,0 +1,100 @@
+"""export(cfg): a finished run's checkpoint as `<run dir>/export/`: model.jax and signature.json.
+
+The directory is written next to the run under a temporary name and renamed into place when complete,
+so a failed or interrupted export leaves the previous export (or none), never a partial one."""
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+from importlib import metadata
+
+from flax import nnx
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.errors import UserError
+from zoo.evaluate import restore_run
+from zoo.export.inference import INPUT_DTYPE, export_function, inference_function, output_names
+from zoo.loop import evaluate as eval_loop, metric_summary
+from zoo.train import build_model
+
+log = logging.getLogger("zoo")
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
+VERSIONED = ("jax", "jaxlib", "flax", "optax", "numpy", "orbax-checkpoint", "flatbuffers")
+
+
+def _check_platforms(platforms) -> None:
+    unknown = [p for p in platforms if p not in PLATFORMS]
+    if not platforms or unknown:
+        raise UserError(f"platforms={list(platforms)} must be a non-empty list of {', '.join(PLATFORMS)}; "
+                        "e.g. platforms=[cpu,cuda].")
+
+
+def _versions() -> dict:
+    versions = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _restored_model(config: dict, run, state) -> nnx.Module:
+    """A plain model (no device-axis BatchNorm, whatever mode the run was trained in) holding `state`."""
+    graphdef, _, _ = nnx.split(build_model(OmegaConf.create(config), run.data), nnx.Param, ...)
+    return nnx.merge(graphdef, state.params, state.model_state)
+
+
+def signature_of(exported, data, step: int, test_metrics: dict, config: dict) -> dict:
+    outputs = [{"name": name, "shape": [None, data.out_features], "dtype": "float32"}
+               for name in output_names(data.task)]
+    return {
+        "format": "jax.export",
+        "model": "model.jax",
+        "input": {"name": "x", "shape": [None, *data.input_shape], "dtype": INPUT_DTYPE,
+                  "units": "raw, as the dataset stores them: normalisation is part of the model"},
+        "outputs": outputs,
+        "task": data.task,
+        "num_classes": data.out_features if data.task == "classification" else None,
+        "platforms": list(exported.platforms),
+        "checkpoint": {"step": step, "test": test_metrics},
+        "config": config,
+        "versions": _versions(),
+    }
+
+
+def write_directory(final: str, files: dict) -> None:
+    """Write `files` (name -> bytes) as the directory `final`, replacing an earlier one only when complete."""
+    parent = os.path.dirname(os.path.abspath(final))
+    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private; the export is as shareable as the run
+    try:
+        for name, data in files.items():
+            with open(os.path.join(staging, name), "wb") as f:
+                f.write(data)
+        previous = staging + ".previous"
+        if os.path.exists(final):
+            os.rename(final, previous)
+        os.rename(staging, final)
+        shutil.rmtree(previous, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def export(cfg: DictConfig) -> dict:
+    _check_platforms(cfg.platforms)
+    run, step, state, meta = restore_run(cfg, "export.py", "export", "exported files")
+    predict = inference_function(_restored_model(meta["config"], run, state), run.data)
+    exported = export_function(predict, run.data.input_shape, cfg.platforms)
+    test_metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, *run.eval_sets["test"])
+    signature = signature_of(exported, run.data, step, test_metrics, meta["config"])
+    out_dir = os.path.join(cfg.run_dir, "export")
+    write_directory(out_dir, {"model.jax": bytes(exported.serialize()),
+                               "signature.json": json.dumps(signature, indent=2).encode()})
+    print(f"exported step {step} to {out_dir} (model.jax, signature.json); test: {metric_summary(test_metrics)}")
+    return {"step": step, "path": out_dir, "signature": signature, "objective": None}

@@ -1,0 +1,42 @@
+"""The function an export holds: raw inputs -> predictions, with the dataset's normalisation inside.
+
+Parameters and statistics are closed over, so they become constants of the exported program: the artifact
+needs no checkpoint, no config and no Flax to run."""
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from zoo.data import Dataset
+
+INPUT_DTYPE = "float32"
+
+
+def output_names(task: str) -> list:
+    """In the order jax.export and ONNX return them (a dict's outputs are flattened by sorted key)."""
+    return ["logits", "probabilities"] if task == "classification" else ["predictions"]
+
+
+def inference_function(model: nnx.Module, data: Dataset):
+    """f(x) for x of shape (B, *data.input_shape), float32 in the dataset's raw units, any B.
+
+    Classification returns logits and softmax probabilities; regression returns predictions in the
+    targets' original units (the training-time target standardisation undone)."""
+    graphdef, state = nnx.split(model)
+    x_mean, x_std = (jnp.asarray(a, jnp.float32) for a in (data.x_scaler.mean, data.x_scaler.std))
+    y_scaler = data.y_scaler
+
+    def predict(x):
+        outputs = nnx.merge(graphdef, state)((x - x_mean) / x_std, train=False)  # BatchNorm: running averages
+        if data.task == "classification":
+            return {"logits": outputs, "probabilities": jax.nn.softmax(outputs, axis=-1)}
+        return {"predictions": outputs * jnp.asarray(y_scaler.std, jnp.float32) + jnp.asarray(y_scaler.mean,
+                                                                                            jnp.float32)}
+
+    return predict
+
+
+def export_function(predict, input_shape: tuple, platforms) -> jax.export.Exported:
+    """jax.export with a symbolic batch dimension, so one artifact serves every batch size."""
+    (batch,) = jax.export.symbolic_shape("batch")
+    spec = jax.ShapeDtypeStruct((batch, *input_shape), jnp.dtype(INPUT_DTYPE))
+    return jax.export.export(jax.jit(predict), platforms=list(platforms))(spec)

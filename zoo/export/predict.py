@@ -1,0 +1,128 @@
+"""predict(cfg): predictions of `<run dir>/export/model.jax` on a .npy or .csv file, as CSV.
+
+Needs only jax and numpy, as a service serving the artifact would. Everything is computed before anything
+is written: a refused input or a failed batch leaves no partial output."""
+import json
+import math
+import os
+import sys
+import tempfile
+import warnings
+
+import jax
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.errors import UserError
+
+
+def _check_command(cfg: DictConfig) -> None:
+    if OmegaConf.is_missing(cfg, "run_dir") or OmegaConf.is_missing(cfg, "input"):
+        raise UserError("run_dir and input are required: python predict.py run_dir=outputs/<date>/<time> "
+                        "input=FILE.npy|FILE.csv (a run exported with export.py).")
+    if cfg.batch_size <= 0:
+        raise UserError(f"batch_size must be a positive integer, got {cfg.batch_size}.")
+    if cfg.output is not None:
+        parent = os.path.dirname(os.path.abspath(cfg.output))
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise UserError(f"output={cfg.output} cannot be written: {parent} is not a writable directory; "
+                            "choose another output or leave it out to print to stdout.")
+
+
+def load_export(run_dir: str):
+    """(exported function, signature) from `<run_dir>/export/`."""
+    directory = os.path.join(run_dir, "export")
+    try:
+        with open(os.path.join(directory, "signature.json")) as f:
+            signature = json.load(f)
+        with open(os.path.join(directory, signature["model"]), "rb") as f:
+            exported = jax.export.deserialize(bytearray(f.read()))
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"run_dir={run_dir} has no readable export ({type(e).__name__}: {e}); run "
+                        f"`python export.py run_dir={run_dir}` first.") from None
+    if jax.default_backend() not in exported.platforms:
+        raise UserError(f"the export in {directory} runs on {list(exported.platforms)}, not on this "
+                        f"{jax.default_backend()}; export it again with platforms=[{jax.default_backend()}].")
+    return exported, signature
+
+
+def _expected(shape: tuple) -> str:
+    return (f"(N, {', '.join(map(str, shape))}): N >= 1 examples of shape {shape} "
+            f"(a .csv: one example per line, {math.prod(shape)} comma-separated numbers)")
+
+
+def read_input(path: str, shape: tuple) -> np.ndarray:
+    """(N, *shape) float32 from a .npy array or a .csv of flattened examples; anything else is refused."""
+    kind = os.path.splitext(path)[1].lower()
+    if kind not in (".npy", ".csv"):
+        raise UserError(f"input={path} must be a .npy or .csv file of shape {_expected(shape)}.")
+    try:
+        if kind == ".npy":
+            x = np.load(path, allow_pickle=False)  # never unpickle: object arrays are refused here
+        else:
+            with warnings.catch_warnings():  # an empty file is reported below, by its shape
+                warnings.simplefilter("ignore")
+                x = np.loadtxt(path, delimiter=",", ndmin=2)
+            if x.ndim == 2 and x.shape[1] == math.prod(shape):
+                x = x.reshape(-1, *shape)
+    except (OSError, ValueError) as e:
+        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise UserError(f"input={path} cannot be read as numbers ({reason}); it must hold {_expected(shape)}.") \
+            from None
+    if x.dtype.kind not in "iuf":
+        raise UserError(f"input={path} has dtype {x.dtype}; the model takes integers or floats of shape "
+                        f"{_expected(shape)}.")
+    if x.size == 0:
+        raise UserError(f"input={path} holds no examples; the model expects {_expected(shape)}.")
+    if x.ndim != len(shape) + 1 or tuple(x.shape[1:]) != tuple(shape):
+        raise UserError(f"input={path} has shape {x.shape}; the model expects {_expected(shape)}.")
+    if not np.isfinite(x).all():
+        raise UserError(f"input={path} holds NaN or infinite values; the model expects finite numbers.")
+    return x.astype(np.float32)
+
+
+def run_exported(exported, x: np.ndarray, batch_size: int) -> dict:
+    """Outputs (name -> array) for all of x; each distinct batch size compiles once."""
+    parts = [jax.device_get(exported.call(x[i:i + batch_size])) for i in range(0, len(x), batch_size)]
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+def to_csv(outputs: dict, task: str) -> str:
+    """Classification: the class and its probabilities; regression: the predictions in the targets' units."""
+    if task == "classification":
+        probabilities = outputs["probabilities"]
+        header = ["class"] + [f"probability_{k}" for k in range(probabilities.shape[1])]
+        rows = [[str(int(np.argmax(p)))] + [f"{v:.9g}" for v in p] for p in probabilities]
+    else:
+        predictions = outputs["predictions"]
+        width = predictions.shape[1]
+        header = ["prediction"] if width == 1 else [f"prediction_{j}" for j in range(width)]
+        rows = [[f"{v:.9g}" for v in p] for p in predictions]
+    return "\n".join(",".join(r) for r in [header, *rows]) + "\n"
+
+
+def _write_atomically(path: str, text: str) -> None:
+    fd, staging = tempfile.mkstemp(prefix=".predict-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(staging, path)
+    except BaseException:
+        if os.path.exists(staging):
+            os.unlink(staging)
+        raise
+
+
+def predict(cfg: DictConfig) -> dict:
+    _check_command(cfg)
+    exported, signature = load_export(cfg.run_dir)
+    x = read_input(cfg.input, tuple(signature["input"]["shape"][1:]))
+    outputs = run_exported(exported, x, cfg.batch_size)
+    text = to_csv(outputs, signature["task"])
+    if cfg.output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        _write_atomically(cfg.output, text)
+        print(f"wrote {len(x)} predictions to {cfg.output}", file=sys.stderr)
+    return {"outputs": outputs, "count": len(x), "objective": None}
