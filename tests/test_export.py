@@ -185,6 +185,8 @@ def test_predict_without_an_export_or_arguments(tmp_path):
         predict(predict_cfg())
     with pytest.raises(UserError, match=r"has no readable export .*; run `python export\.py run_dir=.*` first\."):
         predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy"))
+    with pytest.raises(UserError, match=r"output=.*/nodir/p\.csv cannot be written: .*/nodir is not a writable dir"):
+        predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy", f"output={tmp_path / 'nodir' / 'p.csv'}"))
 
 
 def test_export_checks_targets_first_and_keeps_the_previous_export_on_failure(make_cfg, exported_run, tmp_path,

@@ -72,18 +72,20 @@ def write_directory(final: str, files: dict) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private; the export is as shareable as the run
+    previous = staging + ".previous"
     try:
         for name, data in files.items():
             with open(os.path.join(staging, name), "wb") as f:
                 f.write(data)
-        previous = staging + ".previous"
         if os.path.exists(final):
             os.rename(final, previous)
         os.rename(staging, final)
-        shutil.rmtree(previous, ignore_errors=True)
     except BaseException:
+        if os.path.exists(previous) and not os.path.exists(final):
+            os.rename(previous, final)
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    shutil.rmtree(previous, ignore_errors=True)
 
 
 def export(cfg: DictConfig) -> dict:

@@ -22,17 +22,20 @@ def inference_function(model: nnx.Module, data: Dataset):
     Classification returns logits and softmax probabilities; regression returns predictions in the
     targets' original units (the training-time target standardisation undone)."""
     graphdef, state = nnx.split(model)
-    x_mean, x_std = (jnp.asarray(a, jnp.float32) for a in (data.x_scaler.mean, data.x_scaler.std))
-    y_scaler = data.y_scaler
+    x_mean, x_std = _float32(data.x_scaler)
+    y_mean, y_std = _float32(data.y_scaler) if data.y_scaler is not None else (None, None)
 
     def predict(x):
         outputs = nnx.merge(graphdef, state)((x - x_mean) / x_std, train=False)  # BatchNorm: running averages
         if data.task == "classification":
             return {"logits": outputs, "probabilities": jax.nn.softmax(outputs, axis=-1)}
-        return {"predictions": outputs * jnp.asarray(y_scaler.std, jnp.float32) + jnp.asarray(y_scaler.mean,
-                                                                                            jnp.float32)}
+        return {"predictions": outputs * y_std + y_mean}
 
     return predict
+
+
+def _float32(scaler) -> tuple:
+    return jnp.asarray(scaler.mean, jnp.float32), jnp.asarray(scaler.std, jnp.float32)
 
 
 def export_function(predict, input_shape: tuple, platforms) -> jax.export.Exported:
