@@ -1,7 +1,7 @@
 """Every command the README shows (`python train.py ...`, `python eval.py ...`, `python -m zoo...`) runs as written.
 
 Each runs as a fresh subprocess with tiny settings appended (`debug=smoke`, its own run dir); `run_dir=...`
-placeholders point at a run trained beforehand, and catalog datasets (which download) run on
+placeholders point at a run trained (and exported) beforehand, and catalog datasets (which download) run on
 `tfds.testing.mock_data`. Lines using shell variables (the multi-process loop) are covered by test_distributed.py.
 """
 import re
@@ -51,6 +51,9 @@ def trained_run(data_dir, tmp_path_factory):
     done = subprocess.run([sys.executable, "train.py", "debug=smoke", f"hydra.run.dir={run_dir}"], cwd=ROOT,
                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    exported = subprocess.run([sys.executable, "export.py", f"run_dir={run_dir}", f"hydra.run.dir={run_dir}-export"],
+                              cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0, exported.stderr[-2000:]  # so predict.py's lines have a model in any order
     return run_dir
 
 
