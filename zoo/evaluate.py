@@ -94,7 +94,8 @@ def evaluate(cfg: DictConfig) -> dict:
         raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): eval results go to its eval/ "
                         "directory; copy the run somewhere writable and pass that run_dir.")
     candidates = _pick_steps(ckpts, cfg.checkpoint)
-    run = build(saved_train_config(ckpts, candidates[0], cfg))  # every step of a run shares one config
+    train_cfg = saved_train_config(ckpts, candidates[0], cfg)  # every step of a run shares one config
+    run, ema_decay = build(train_cfg), train_cfg.trainer.ema_decay
     if cfg.split not in run.eval_sets:
         raise UserError(f"split={cfg.split} is not in this run; choose one of {sorted(run.eval_sets)}.")
     step, tree, _ = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
@@ -104,9 +105,11 @@ def evaluate(cfg: DictConfig) -> dict:
     metrics = eval_loop(mode.put_state(tree["state"]), run.compiled, batches, count)
     path = os.path.join(out_dir, f"{cfg.split}-{step}.json")
     with open(path + ".tmp", "w") as f:
-        json.dump({"step": step, "split": cfg.split, **metrics}, f, indent=2)
+        averaged_with = {} if ema_decay is None else {"ema_decay": ema_decay}
+        json.dump({"step": step, "split": cfg.split, **metrics, **averaged_with}, f, indent=2)
     os.replace(path + ".tmp", path)
-    print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}")
+    averaged = "" if ema_decay is None else f" (exponential moving average of the parameters, ema_decay={ema_decay})"
+    print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}")
     log.info("wrote %s", path)
     return {"split": cfg.split, "step": step, "metrics": metrics, "path": path,
             "objective": metrics.get(run.compiled.task.objective)}
