@@ -103,6 +103,20 @@ BAD_VALUES = [
                                 r"device\(s\); lower parallel\.cpu_devices or start a fresh process\."),
     ("parallel=pmap parallel.cpu_devices=8 trainer.batch_size=100",
      r"trainer\.batch_size=100 does not split evenly across 8 devices; use 96 or 104\."),
+    ("trainer.accumulate=0", r"trainer\.accumulate must be a positive number of micro-batches per update, got 0\."),
+    ("trainer.accumulate=4", r"trainer\.accumulate=4 does not divide the run's 6 steps, so its last micro-batches "
+                             r"would never be applied; set trainer\.max_steps to 4 or 8\."),
+    ("trainer.ema_decay=1.0", r"trainer\.ema_decay must be in \[0, 1\) or null, got 1\.0\."),
+    ("trainer.ema_decay=-0.5", r"trainer\.ema_decay must be in \[0, 1\) or null, got -0\.5\."),
+    ("trainer.early_stopping.patience=0",
+     r"trainer\.early_stopping\.patience must be a positive number of evals or null, got 0\."),
+    ("trainer.early_stopping.patience=3 trainer.early_stopping.min_delta=-0.1",
+     r"trainer\.early_stopping\.min_delta must be >= 0, got -0\.1\."),
+    ("trainer.early_stopping.patience=3 trainer.eval_every=0",
+     r"trainer\.early_stopping counts periodic evals; set trainer\.eval_every to a positive number of steps\."),
+    ("trainer.early_stopping.patience=3 checkpoint.enabled=false",
+     r"trainer\.early_stopping reports the best checkpoint; set checkpoint\.enabled=true and "
+     r"checkpoint\.keep_best >= 1\."),
 ]
 
 

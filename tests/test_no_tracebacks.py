@@ -37,6 +37,9 @@ VALUES = {  # setting -> (valid values, invalid values); "abc" is a wrong type
     "trainer.clip_norm": (["null", 1.0], [0, -1.0]),
     "trainer.nan_check": (["log", "step"], ["sometimes"]),
     "trainer.checkpoint_every": ([0, 2], [-1]),
+    "trainer.accumulate": ([1, 2], [0]),
+    "trainer.ema_decay": (["null", 0.9], [1.0]),
+    "trainer.early_stopping.patience": (["null", 2], [0]),
     "optimizer.learning_rate": ([1e-3, 0.1], [0, -1, 1e6, "fast"]),  # 1e6 diverges: the NaN guard's message
     "model.dropout": ([0.0, 0.3], [1.0, -0.1]),  # linear has no dropout: Hydra refuses the key
     "parallel.cpu_devices": (["null", 1, 2, 4], [3, 16, 1000]),

@@ -47,6 +47,17 @@ def _io_reason(err: BaseException):
     return None
 
 
+def _quiet_missing_metrics_warning() -> None:
+    """Steps saved between evals carry no metrics by design; orbax warns about each of them."""
+    absl = logging.getLogger("absl")
+    if not any(getattr(f, "zoo_filter", False) for f in absl.filters):
+        def keep(record):
+            return "did not provide metrics" not in record.getMessage()
+
+        keep.zoo_filter = True
+        absl.addFilter(keep)
+
+
 class StateMismatch(UserError):
     """The checkpoint holds a state of another structure or shapes than the run restoring it: not damage."""
 
@@ -60,12 +71,16 @@ class Checkpoints:
             pp.BestN(get_metric_fn=lambda m: m[metric], reverse=mode == "min", n=keep_best,
                      keep_checkpoints_without_metrics=False),
         ])
+        # best_fn only makes orbax write each step's metrics to disk, so a reopened manager (a resumed run)
+        # still knows which steps are the best; which steps are kept is the policy's decision alone
         options = ocp.CheckpointManagerOptions(preservation_policy=policy, enable_async_checkpointing=async_save,
+                                               best_fn=lambda m: m[metric], best_mode=mode,
                                                create=not read_only, read_only=read_only,
                                                cleanup_tmp_directories=not read_only)  # leftovers of killed saves
         self.metric, self.mode = metric, mode
         self._pending, self._failed = None, False  # step written in the background; a write already failed
         _quiet_closed_loop_callbacks()
+        _quiet_missing_metrics_warning()
         try:
             self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
         except OSError as e:  # a file in the way, read-only file system

@@ -18,6 +18,12 @@ RUN_METRICS = ("wall_time_s", "examples_per_s")  # figures of the run itself: a 
 
 
 @dataclass
+class EarlyStoppingConfig:
+    patience: Optional[int] = None  # periodic evals without improvement of checkpoint.metric; None = off
+    min_delta: float = 0.0  # an improvement smaller than this does not count
+
+
+@dataclass
 class TrainerConfig:
     epochs: int = 30
     max_steps: Optional[int] = None  # stop earlier than `epochs` (smoke runs)
@@ -31,6 +37,9 @@ class TrainerConfig:
     checkpoint_every: int = 0  # steps; 0 = only at the end
     resume: str = "auto"  # auto | never | <checkpoint dir of another run>
     profile: bool = False
+    accumulate: int = 1  # micro-batches (steps) per optimizer update, optax.MultiSteps
+    ema_decay: Optional[float] = None  # exponential moving average of the parameters, used by every eval
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
 
 
 @dataclass
@@ -81,6 +90,7 @@ class LoggerConfig:
     progress: bool = True
     tensorboard: bool = True
     plot: bool = True
+    summary: bool = True  # parameters per layer and XLA's FLOPs of one step (one extra compile) at the start
 
 
 @dataclass
@@ -189,6 +199,7 @@ def validate(cfg: DictConfig) -> None:
     _require(t.clip_norm is None or t.clip_norm > 0, f"trainer.clip_norm must be positive or null, got {t.clip_norm}.")
     _require(t.checkpoint_every >= 0, f"trainer.checkpoint_every must be >= 0 steps (0 = only at the end), "
              f"got {t.checkpoint_every}.")
+    _validate_trainer_features(cfg)
     c = cfg.checkpoint
     _require(c.keep > 0, f"checkpoint.keep must be a positive integer, got {c.keep}.")
     _require(c.keep_best >= 0, f"checkpoint.keep_best must be >= 0, got {c.keep_best}.")
@@ -233,6 +244,23 @@ def _validate_generator(d: DictConfig) -> None:
     _require(all(d[k] is not None for k in GENERATOR_KEYS) and d.num_examples > 0 and d.num_features > 0
              and d.noise >= 0, "dataset.num_examples and dataset.num_features must be positive and dataset.noise "
              f">= 0, got {d.num_examples}, {d.num_features}, {d.noise}.")
+
+
+def _validate_trainer_features(cfg: DictConfig) -> None:
+    t, stopping = cfg.trainer, cfg.trainer.early_stopping
+    _require(t.accumulate >= 1, f"trainer.accumulate must be a positive number of micro-batches per update, "
+             f"got {t.accumulate}.")
+    _require(t.ema_decay is None or 0.0 <= t.ema_decay < 1.0,
+             f"trainer.ema_decay must be in [0, 1) or null, got {t.ema_decay}.")
+    if stopping.patience is None:
+        return
+    _require(stopping.patience >= 1, f"trainer.early_stopping.patience must be a positive number of evals or null, "
+             f"got {stopping.patience}.")
+    _require(stopping.min_delta >= 0, f"trainer.early_stopping.min_delta must be >= 0, got {stopping.min_delta}.")
+    _require(t.eval_every > 0, "trainer.early_stopping counts periodic evals; set trainer.eval_every to a positive "
+             "number of steps.")
+    _require(cfg.checkpoint.enabled and cfg.checkpoint.keep_best >= 1, "trainer.early_stopping reports the best "
+             "checkpoint; set checkpoint.enabled=true and checkpoint.keep_best >= 1.")
 
 
 def _positive_ints(value) -> bool:

@@ -105,16 +105,19 @@ def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    run, step, state, _ = restore_run(cfg, "eval.py", "eval", "eval results")
+    run, step, state, meta = restore_run(cfg, "eval.py", "eval", "eval results")
+    ema_decay = meta["config"]["trainer"].get("ema_decay")
     if cfg.split not in run.eval_sets:
         raise UserError(f"split={cfg.split} is not in this run; choose one of {sorted(run.eval_sets)}.")
     batches, count = run.eval_sets[cfg.split]
     metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, batches, count)
     path = os.path.join(cfg.run_dir, "eval", f"{cfg.split}-{step}.json")
     with open(path + ".tmp", "w") as f:
-        json.dump({"step": step, "split": cfg.split, **metrics}, f, indent=2)
+        averaged_with = {} if ema_decay is None else {"ema_decay": ema_decay}
+        json.dump({"step": step, "split": cfg.split, **metrics, **averaged_with}, f, indent=2)
     os.replace(path + ".tmp", path)
-    print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}")
+    averaged = "" if ema_decay is None else f" (exponential moving average of the parameters, ema_decay={ema_decay})"
+    print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}")
     log.info("wrote %s", path)
     return {"split": cfg.split, "step": step, "metrics": metrics, "path": path,
             "objective": metrics.get(run.compiled.task.objective)}

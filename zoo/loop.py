@@ -50,13 +50,15 @@ def _next_boundary(step: int, total: int, *periods: int) -> int:
 
 
 def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: int, logger, *, start_step: int = 0,
-        sums=None, save=None, stop=None, on_eval=None):
+        sums=None, save=None, stop=None, on_eval=None, stop_early=None):
     """Run steps [start_step, total_steps): log every log_every, evaluate every eval_every steps.
 
     `eval_sets` maps split -> (device batches, example count); the first entry is the periodic one.
     `sums` (host) continues a partial metric interval after a resume. `save(step, host state, sums, metrics)`
     runs every cfg.checkpoint_every steps and when `stop` becomes true, after which the loop returns early.
     `on_eval(step, eval metrics)` returning true (a sweep's pruner) saves and raises TrialPruned.
+    `stop_early(step, eval metrics)` returning true (early stopping) saves and ends the run there; with it
+    every periodic eval is also checkpointed, so the best one can be restored.
     Returns (state, last logged train metrics, examples/s, last step run).
     """
     mode = compiled.mode
@@ -66,7 +68,7 @@ def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: in
     eval_every = cfg.eval_every  # config reads cost ~14 us each: keep them out of the step loop
     periodic_split = next(iter(eval_sets))
     acc = mode.put_replicated(compiled.zero_sums if sums is None else sums)
-    step, last_logged, train_metrics, last_finite = start_step, start_step, {}, None
+    step, last_logged, train_metrics, last_finite, ended = start_step, start_step, {}, None, False
     t_start = t_log = time.perf_counter()
     while step < total_steps:
         k = min(chunk_size, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
@@ -88,13 +90,15 @@ def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: in
             batches, count = eval_sets[periodic_split]
             eval_metrics = evaluate(state, compiled, batches, count)
             logger.log(step, periodic_split, eval_metrics)
+            ended = stop_early is not None and stop_early(step, eval_metrics)
         pruned = on_eval is not None and eval_metrics is not None and on_eval(step, eval_metrics)
-        if save and step < total_steps and ((checkpoint_every and step % checkpoint_every == 0) or stop or pruned):
+        checkpoint_due = (checkpoint_every and step % checkpoint_every == 0) or (stop_early and eval_metrics)
+        if save and step < total_steps and (checkpoint_due or stop or pruned or ended):
             save(step, mode.get(state), mode.get(acc), eval_metrics)
         if pruned:
             raise TrialPruned(f"pruned at step {step} by the sweep's pruner ({periodic_split}: "
                               f"{metric_summary(eval_metrics)})")
-        if stop:
+        if stop or ended:
             break
     examples_per_s = (step - start_step) * stream.batch_size / max(time.perf_counter() - t_start, 1e-9)
     return state, train_metrics, examples_per_s, step

@@ -1,20 +1,63 @@
-"""Optimizers are optax objects from `_target_`; schedule and clipping are optax composition."""
+"""Optimizers are optax objects from `_target_`; schedule, clipping, weight averaging and gradient accumulation
+are optax composition.
+
+With `trainer.accumulate=N` a step is one micro-batch of `trainer.batch_size`: optax.MultiSteps averages N
+micro-batch gradients and applies one update every N steps, so the schedule counts updates (total_steps / N).
+"""
+import jax
 import optax
 
+from zoo.ema import params_ema
 from zoo.errors import UserError
 from zoo.targets import safe_instantiate
 
 
+def check_run_length(cfg, total_steps: int) -> None:
+    """Accumulation must end on an update: trailing micro-batches would be averaged and never applied."""
+    n = cfg.trainer.accumulate
+    if total_steps % n:
+        lower = total_steps - total_steps % n
+        sizes = f"{lower} or {lower + n}" if lower else f"{n}"
+        raise UserError(f"trainer.accumulate={n} does not divide the run's {total_steps} steps, so its last "
+                        f"micro-batches would never be applied; set trainer.max_steps to {sizes}.")
+
+
+def learning_rate(cfg, total_steps: int):
+    """The rate optax is given: a float, or a schedule of the update count over the run's updates."""
+    updates = total_steps // cfg.trainer.accumulate
+    if cfg.schedule is None:
+        return cfg.optimizer.learning_rate
+    warmup = cfg.schedule.get("warmup_steps", 0)
+    if warmup >= updates:
+        length = f"{updates} steps"
+        if updates != total_steps:
+            length = f"{updates} updates ({total_steps} steps / trainer.accumulate)"
+        raise UserError(f"schedule.warmup_steps={warmup} must be smaller than the run's {length}; "
+                        "lower schedule.warmup_steps or train for more steps.")
+    return safe_instantiate(cfg.schedule, "schedule", peak_value=cfg.optimizer.learning_rate,
+                            decay_steps=max(updates, 1))
+
+
+def learning_rate_at(cfg, total_steps: int):
+    """step -> the rate of the latest update applied by then (of the first one before any), on the host CPU."""
+    rate, every = learning_rate(cfg, total_steps), cfg.trainer.accumulate
+    if not callable(rate):
+        return lambda step: float(rate)
+    cpu = jax.local_devices(backend="cpu")[0]
+
+    def at(step: int) -> float:
+        with jax.default_device(cpu):  # a scalar op: not worth a trip to an accelerator
+            return float(rate(max(step // every - 1, 0)))  # update k (0-based) uses rate(k)
+
+    return at
+
+
 def build_optimizer(cfg, total_steps: int) -> optax.GradientTransformation:
-    learning_rate = cfg.optimizer.learning_rate
-    if cfg.schedule is not None:  # a schedule builder taking the peak rate and the run length
-        warmup = cfg.schedule.get("warmup_steps", 0)
-        if warmup >= total_steps:
-            raise UserError(f"schedule.warmup_steps={warmup} must be smaller than the run's {total_steps} steps; "
-                            "lower schedule.warmup_steps or train for more steps.")
-        learning_rate = safe_instantiate(cfg.schedule, "schedule", peak_value=learning_rate,
-                                         decay_steps=max(total_steps, 1))
-    tx = safe_instantiate(cfg.optimizer, "optimizer", learning_rate=learning_rate)
+    tx = safe_instantiate(cfg.optimizer, "optimizer", learning_rate=learning_rate(cfg, total_steps))
     if cfg.trainer.clip_norm is not None:
         tx = optax.chain(optax.clip_by_global_norm(cfg.trainer.clip_norm), tx)
+    if cfg.trainer.ema_decay is not None:  # inside MultiSteps: the average moves once per update
+        tx = optax.chain(tx, params_ema(cfg.trainer.ema_decay))
+    if cfg.trainer.accumulate > 1:
+        tx = optax.MultiSteps(tx, every_k_schedule=cfg.trainer.accumulate).gradient_transformation()
     return tx

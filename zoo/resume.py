@@ -10,9 +10,9 @@ from zoo.errors import UserError
 log = logging.getLogger("zoo")
 
 # Settings that change the state's shapes or meaning; a checkpoint taken under others is refused.
-STATE_DEFINING = ("model", "dataset", "optimizer._target_", "schedule", "trainer.clip_norm")
+STATE_DEFINING = ("model", "dataset", "optimizer._target_", "schedule", "trainer.clip_norm", "trainer.accumulate")
 # May change, e.g. a lower learning rate for the rest of a run; named when the state then does not restore.
-STATE_SHAPING = ("optimizer", "schedule")
+STATE_SHAPING = ("optimizer", "schedule", "trainer.ema_decay")
 
 
 def _flatten(tree, prefix=""):
@@ -38,17 +38,17 @@ def checkpoint_settings(cfg: DictConfig, task) -> dict:
 
 
 def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
-    """(step, restored tree or None). Never silently starts over an existing run."""
+    """(step, restored tree or None, its metadata or None). Never silently starts over an existing run."""
     resume = cfg.trainer.resume
     own_steps = ckpts.steps() if ckpts else []
     if resume == "never":
         if own_steps:
             raise UserError(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
                             "trainer.resume=never; choose a new hydra.run.dir or set trainer.resume=auto.")
-        return 0, None
+        return 0, None, None
     if resume == "auto":
         if not own_steps:
-            return 0, None
+            return 0, None, None
         source = ckpts
     else:
         if not os.path.isdir(resume):
@@ -61,7 +61,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
         raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
                         f"{'; '.join(changed)}; restore those settings or start in a new hydra.run.dir.")
     try:
-        step, tree, _ = restore_latest_good(source, target)
+        step, tree, meta = restore_latest_good(source, target)
     except StateMismatch:
         changed = changed_settings(saved_config, current, STATE_SHAPING)
         settings = "; ".join(changed) or "other settings"
@@ -69,7 +69,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
                         f"it was trained with {settings}: restore those settings or start in a new "
                         "hydra.run.dir.") from None
     log.info("resuming from step %d of %s", step, source.directory)
-    return step, tree
+    return step, tree, meta
 
 
 def _newest_readable_meta(ckpts: Checkpoints) -> dict:

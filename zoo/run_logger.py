@@ -6,8 +6,11 @@ from tqdm import tqdm
 
 
 class RunLogger:
-    def __init__(self, out_dir: str, cfg, total_steps: int, start_step: int = 0, enabled: bool = True):
+    def __init__(self, out_dir: str, cfg, total_steps: int, start_step: int = 0, enabled: bool = True,
+                 learning_rate=None):
         self.out_dir, self.enabled, self.history = out_dir, enabled, []
+        self.learning_rate = learning_rate  # step -> the schedule's rate, recorded with each train log
+        self.train_flops_per_example = None  # set once the model summary knows it: train logs then carry GFLOP/s
         self._jsonl = self._tb = self._bar = None
         if not enabled:  # only process 0 writes in multi-process runs
             return
@@ -39,7 +42,17 @@ class RunLogger:
                 return {k: v for k, v in record.items() if k not in ("step", "split")}
         return {}
 
+    def _train_extras(self, step: int, metrics: dict) -> dict:
+        extras = {}
+        if self.learning_rate is not None:
+            extras["learning_rate"] = self.learning_rate(step)
+        if self.train_flops_per_example and "examples_per_s" in metrics:
+            extras["gflop_s"] = metrics["examples_per_s"] * self.train_flops_per_example / 1e9
+        return extras
+
     def log(self, step: int, split: str, metrics: dict) -> None:
+        if split == "train":
+            metrics = {**metrics, **self._train_extras(step, metrics)}
         record = {"step": step, "split": split, **metrics}
         self.history.append(record)
         if not self.enabled:
@@ -54,7 +67,10 @@ class RunLogger:
     def progress(self, step: int, loss: float, examples_per_s: float) -> None:
         if self._bar is not None:
             self._bar.n = step
-            self._bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{examples_per_s:,.0f}", refresh=True)
+            extra = {}
+            if self.train_flops_per_example:
+                extra["gflop_s"] = f"{examples_per_s * self.train_flops_per_example / 1e9:.3g}"
+            self._bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{examples_per_s:,.0f}", **extra, refresh=True)
 
     def write_results(self, results: dict) -> None:
         if not self.enabled:

@@ -14,6 +14,7 @@ from flax import nnx
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.errors import UserError
+from zoo.ema import with_averaged_params
 from zoo.evaluate import restore_run
 from zoo.export.inference import INPUT_DTYPE, export_function, inference_function, output_names
 from zoo.loop import evaluate as eval_loop, metric_summary
@@ -91,7 +92,9 @@ def write_directory(final: str, files: dict) -> None:
 def export(cfg: DictConfig) -> dict:
     _check_platforms(cfg.platforms)
     run, step, state, meta = restore_run(cfg, "export.py", "export", "exported files")
-    predict = inference_function(_restored_model(meta["config"], run, state), run.data)
+    averaged = meta["config"]["trainer"].get("ema_decay") is not None  # export what evals score
+    served = with_averaged_params(state) if averaged else state
+    predict = inference_function(_restored_model(meta["config"], run, served), run.data)
     exported = export_function(predict, run.data.input_shape, cfg.platforms)
     test_metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, *run.eval_sets["test"])
     signature = signature_of(exported, run.data, step, test_metrics, meta["config"])

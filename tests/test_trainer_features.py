@@ -1,0 +1,206 @@
+"""Trainer features: model summary and FLOPs, early stopping, gradient accumulation, weight averaging, learning rate."""
+import json
+import logging
+import signal
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from test_checkpoint import leaves_equal, records
+from zoo.early_stopping import EarlyStopping
+from zoo.evaluate import evaluate
+from zoo.preemption import Preempted
+from zoo.run_logger import RunLogger
+from zoo.train import build, train
+
+SGD = ["debug=smoke", "model=mlp", "model.hidden=[32]", "model.dropout=0.0", "optimizer=sgd"]
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def close(a, b, tol=1e-5):
+    return all(np.allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
+def sigterm_at(step_to_stop):
+    def progress(self, step, *args):
+        if step == step_to_stop:
+            signal.raise_signal(signal.SIGTERM)
+
+    return progress
+
+
+# --- Model summary ---------------------------------------------------------------------------------------------
+
+def test_summary_counts_parameters_and_reports_xla_flops(make_cfg, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="zoo")
+    results = train(make_cfg("debug=smoke", "logger.summary=true"))
+    model, batch = results["model"], 16
+    sizes = [64 * 256 + 256, 256 * 256 + 256, 256 * 10 + 10]  # mlp's default hidden=[256, 256] on 8x8 digits
+    assert model["params"] == sum(sizes) == sum(np.size(p) for p in jax.tree.leaves(results["state"].params))
+    assert model["param_bytes"] == 4 * model["params"]
+    forward = 2 * (64 * 256 + 256 * 256 + 256 * 10)  # multiply-adds of the three matmuls, per example
+    assert 1.0 < model["eval_flops_per_example"] / forward < 1.05  # plus biases, relu, softmax
+    assert 3.0 < model["train_step_flops"] / (batch * forward) < 3.6  # forward + backward + the optimizer
+    assert model["achieved_gflop_s"] == pytest.approx(
+        model["train_step_flops"] / batch * results["examples_per_s"] / 1e9)
+    assert "layers.1        65,792" in caplog.text and "total           85,002  (340 kB)" in caplog.text
+    trained = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
+    assert all(r["gflop_s"] == pytest.approx(r["examples_per_s"] * model["train_step_flops"] / batch / 1e9)
+               for r in trained)
+    # pmap: each device's program counted; every device repeats the optimizer update on its replica
+    spread = train(make_cfg("debug=smoke", "logger.summary=true", "parallel=pmap", "parallel.cpu_devices=2",
+                            out="pmap"))["model"]
+    assert spread["eval_flops_per_example"] == pytest.approx(model["eval_flops_per_example"], rel=0.01)
+    assert 1.0 < spread["train_step_flops"] / model["train_step_flops"] < 1.5
+
+
+# --- Early stopping --------------------------------------------------------------------------------------------
+
+# The loss falls from eval to eval; counting the highest loss as best makes only the first eval (step 2) an
+# improvement, so the evals at 4 and 6 exhaust the patience and the run ends at 6 of 20 steps.
+STOPPING = [*SGD, "trainer.max_steps=20", "trainer.eval_every=2", "trainer.log_every=1", "checkpoint.metric=loss",
+            "checkpoint.mode=max", "trainer.early_stopping.patience=2"]
+
+
+def test_min_delta_decides_what_counts_as_an_improvement():
+    stopping = EarlyStopping(patience=2, min_delta=0.1, metric="accuracy", mode="max")
+    evals = [(1, 0.5), (2, 0.55), (3, 0.65), (4, 0.7), (5, 0.74)]  # +0.05 and +0.04 over 0.65 do not count
+    assert [stopping.update(s, {"accuracy": a}) for s, a in evals] == [False, False, False, False, True]
+    assert (stopping.best, stopping.best_step, stopping.stopped_step) == (0.65, 3, 5)
+    lower = EarlyStopping(patience=1, min_delta=0.0, metric="loss", mode="min")
+    assert [lower.update(s, {"loss": v}) for s, v in [(1, 2.0), (2, 1.5), (3, 1.5)]] == [False, False, True]
+
+
+def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, tmp_path):
+    results = train(make_cfg(*STOPPING))
+    assert results["steps"] == 6
+    assert results["early_stopping"] == {"best": results["early_stopping"]["best"], "best_step": 2, "bad_evals": 2,
+                                         "stopped_step": 6, "best_checkpoint_step": 2}
+    logged = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert max(r["step"] for r in logged) == 6
+    at_2 = next(r for r in logged if r["split"] == "test" and r["step"] == 2)
+    assert results["test"] == {k: v for k, v in at_2.items() if k not in ("step", "split")}
+    again = train(make_cfg(*STOPPING))  # the same command on a stopped run does not train on
+    assert again["start_step"] == 6 and again["test"] == results["test"]
+
+
+def test_early_stopping_patience_survives_preemption(make_cfg, monkeypatch):
+    whole = train(make_cfg(*STOPPING, out="whole"))
+    with monkeypatch.context() as patch:
+        patch.setattr(RunLogger, "progress", sigterm_at(5))  # after the eval at 4 counted one bad eval
+        with pytest.raises(Preempted):
+            train(make_cfg(*STOPPING, out="resumed"))
+    resumed = train(make_cfg(*STOPPING, out="resumed"))
+    assert resumed["start_step"] == 5 and resumed["early_stopping"] == whole["early_stopping"]
+    assert resumed["test"] == whole["test"]
+
+
+def test_without_a_stop_the_final_metrics_are_the_best_checkpoints(make_cfg, tmp_path):
+    results = train(make_cfg(*SGD, "trainer.max_steps=8", "trainer.eval_every=2", "optimizer.learning_rate=1.0",
+                             "trainer.early_stopping.patience=100"))
+    assert results["early_stopping"]["stopped_step"] is None and results["steps"] == 8
+    best = evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", "checkpoint=best", config_name="eval"))
+    assert best["step"] == results["early_stopping"]["best_checkpoint_step"]
+    assert best["metrics"] == results["test"]
+
+
+# --- Gradient accumulation ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["parallel=none", "parallel=pmap"])
+def test_accumulated_micro_batches_equal_one_large_batch(make_cfg, mode):
+    # steps 0-3 of 8 examples are, in order, the first 32 examples of the epoch: step 0 of the 32-example run
+    common = [*SGD, mode, "parallel.cpu_devices=2", "trainer.eval_every=0", "checkpoint.enabled=false"]
+    large = train(make_cfg(*common, "trainer.batch_size=32", "trainer.max_steps=3", out="large"))
+    micro = train(make_cfg(*common, "trainer.batch_size=8", "trainer.accumulate=4", "trainer.max_steps=12",
+                           out="micro"))
+    assert close(micro["state"].params, large["state"].params)
+    np.testing.assert_allclose(micro["test"]["loss"], large["test"]["loss"], rtol=1e-5)
+    plain = train(make_cfg(*common, "trainer.batch_size=8", "trainer.max_steps=12", out="plain"))
+    assert not close(plain["state"].params, large["state"].params, tol=1e-3)  # the comparison can fail
+
+
+# --- Weight averaging ---------------------------------------------------------------------------------------------
+
+def test_ema_null_is_todays_state_and_decay_zero_changes_nothing(make_cfg):
+    plain = train(make_cfg(*SGD, out="plain"))
+    assert jax.tree.structure(plain["state"].opt_state) == jax.tree.structure(
+        optax.sgd(0.05, momentum=0.9).init(plain["state"].params))  # no averaging state at all
+    zero = train(make_cfg(*SGD, "trainer.ema_decay=0.0", out="zero"))
+    assert leaves_equal(zero["state"].params, plain["state"].params)  # averaging never touches training
+    assert zero["test"] == plain["test"]  # the average with decay 0 is the parameters: evals agree exactly
+
+
+def test_ema_follows_the_parameters_and_every_eval_uses_it(make_cfg, tmp_path, capsys):
+    params = [build(make_cfg(*SGD)).host_state.params]
+    for steps in (1, 2, 3):
+        params.append(train(make_cfg(*SGD, f"trainer.max_steps={steps}", out=f"p{steps}"))["state"].params)
+    averaged = train(make_cfg(*SGD, "trainer.max_steps=3", "trainer.ema_decay=0.75", out="ema"))
+    expected = params[0]
+    for p in params[1:]:
+        expected = jax.tree.map(lambda e, x: 0.75 * e + 0.25 * x, expected, p)
+    assert close(optax.tree_utils.tree_get(averaged["state"].opt_state, "ema_params"), expected, tol=1e-6)
+    assert leaves_equal(averaged["state"].params, params[3])
+    assert averaged["test"] != train(make_cfg(*SGD, "trainer.max_steps=3", out="again"))["test"]
+    evaluated = evaluate(make_cfg(f"run_dir={tmp_path / 'ema'}", config_name="eval"))
+    assert evaluated["metrics"] == averaged["test"]
+    assert "exponential moving average of the parameters, ema_decay=0.75" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", ["parallel.mode=none", "parallel.mode=pmap"])
+def test_averaged_and_accumulated_run_resumes_bitwise(make_cfg, monkeypatch, mode):
+    common = [*SGD, mode, "parallel.cpu_devices=2", "trainer.max_steps=8", "trainer.checkpoint_every=3",
+              "trainer.log_every=1", "trainer.ema_decay=0.9", "trainer.accumulate=2"]
+    whole = train(make_cfg(*common, out="whole"))
+    with monkeypatch.context() as patch:
+        patch.setattr(RunLogger, "progress", sigterm_at(5))  # halfway through an accumulation
+        with pytest.raises(Preempted):
+            train(make_cfg(*common, out="resumed"))
+    resumed = train(make_cfg(*common, out="resumed"))
+    assert resumed["start_step"] == 5 and leaves_equal(whole["state"], resumed["state"])
+    assert whole["test"] == resumed["test"]
+    assert records(make_cfg(out="whole").paths.output_dir) == records(make_cfg(out="resumed").paths.output_dir)
+
+
+# --- Learning rate in the logs -------------------------------------------------------------------------------------
+
+class ScalarRecorder:
+    """Stands in for tensorboardX.SummaryWriter: what the run would have written to TensorBoard."""
+
+    scalars = []
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, value, step))
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_logged_learning_rate_is_the_one_optax_applied(make_cfg, tmp_path, monkeypatch, accumulate):
+    import tensorboardX
+
+    monkeypatch.setattr(tensorboardX, "SummaryWriter", ScalarRecorder)
+    monkeypatch.setattr(ScalarRecorder, "scalars", [])
+    train(make_cfg(*SGD, "schedule=warmup_cosine", "schedule.warmup_steps=2", "trainer.max_steps=8",
+                   "trainer.log_every=1", f"trainer.accumulate={accumulate}", "logger.tensorboard=true"))
+    logged = [r["learning_rate"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
+    assert [v for tag, v, _ in ScalarRecorder.scalars if tag == "train/learning_rate"] == logged
+    # optax's own record of each update's rate: inject_hyperparams stores the rate of the update it just made
+    schedule = optax.warmup_cosine_decay_schedule(0.0, 0.05, 2, 8 // accumulate, 0.0)
+    tx = optax.MultiSteps(optax.inject_hyperparams(optax.sgd)(learning_rate=schedule), accumulate)
+    params = {"w": np.zeros(1, np.float32)}
+    state, applied = tx.init(params), []
+    for _ in range(8):
+        _, state = tx.update({"w": np.ones(1, np.float32)}, state, params)
+        applied.append(float(state.inner_opt_state.hyperparams["learning_rate"]))
+    np.testing.assert_allclose(logged, applied, rtol=1e-6)
+    assert len(set(logged)) > 3  # warm-up and decay, not a constant

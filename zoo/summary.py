@@ -1,0 +1,88 @@
+"""Model summary at the start of a run: parameters per layer, and XLA's own FLOPs count of the programs it runs.
+
+FLOPs come from `compiled.cost_analysis()` of the run's compiled train step (one step, K=1) and eval step.
+Under pmap and sharded each device runs its own program; the figures are summed over devices, so work every
+device repeats (the optimizer update on replicated parameters) counts once per device: what the hardware does.
+The eval program is the one the run itself calls, so compiling it here costs nothing later (JAX caches it).
+"""
+import logging
+from collections import defaultdict
+
+import jax
+import numpy as np
+
+from zoo.parallel.distributed import is_primary
+
+log = logging.getLogger("zoo")
+
+
+def parameter_counts(params) -> dict:
+    """layer path ('convs.0') -> (number of parameters, bytes)."""
+    layers = defaultdict(lambda: [0, 0])
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+        names = names[:-1] if names[-1] == "value" else names  # nnx.Variable's own attribute
+        layer = ".".join(names[:-1]) or names[-1]  # drop 'kernel' / 'bias'
+        layers[layer][0] += int(np.size(leaf))
+        layers[layer][1] += int(np.size(leaf)) * np.dtype(leaf.dtype).itemsize
+    return {name: tuple(v) for name, v in layers.items()}
+
+
+def xla_flops(fn, *args):
+    """FLOPs of fn's compiled program for these arguments as XLA reports them; None where it reports none."""
+    cost = fn.lower(*args).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # older JAX: one dict per program
+    flops = (cost or {}).get("flops", -1.0)
+    return float(flops) if flops > 0 else None
+
+
+def summarize(run, state, flops: bool = True) -> dict:
+    """results.json's `model`: params, param_bytes, train_step_flops, eval_flops_per_example (global batch)."""
+    compiled, mode = run.compiled, run.compiled.mode
+    layers = parameter_counts(run.host_state.params)
+    counts = {"params": sum(n for n, _ in layers.values()), "param_bytes": sum(b for _, b in layers.values()),
+              "layers": {name: n for name, (n, _) in layers.items()}}
+    if not flops:
+        return counts
+    acc = mode.put_replicated(compiled.zero_sums)
+    train_flops = xla_flops(compiled.train_chunk, state, acc, mode.put_chunk(run.stream.chunk(0, 1)))
+    eval_batch = next(iter(run.eval_sets.values()))[0][0]
+    eval_flops = xla_flops(compiled.eval_step, state, acc, eval_batch)
+    devices, eval_rows = mode.num_devices, int(np.size(eval_batch["mask"]))
+    return {**counts, "train_step_flops": None if train_flops is None else train_flops * devices,
+            "eval_flops_per_example": None if eval_flops is None else eval_flops * devices / eval_rows}
+
+
+def _si(value, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def format_summary(model: dict, batch_size: int) -> str:
+    width = max(len(name) for name in model["layers"]) + 2
+    lines = [f"{'layer':<{width}}{'params':>12}"]
+    lines += [f"{name:<{width}}{count:>12,}" for name, count in model["layers"].items()]
+    lines.append(f"{'total':<{width}}{model['params']:>12,}  ({_si(model['param_bytes'], 'B')})")
+    lines.append(f"train step (batch {batch_size}): {_si(model['train_step_flops'], 'FLOP')}; eval: "
+                 f"{_si(model['eval_flops_per_example'], 'FLOP')} per example (XLA cost analysis)")
+    return "\n".join(lines)
+
+
+def achieved_gflop_s(model: dict | None, batch_size: int, examples_per_s: float):
+    if not model or model.get("train_step_flops") is None:
+        return None
+    return model["train_step_flops"] / batch_size * examples_per_s / 1e9
+
+
+def describe(cfg, run, state, logger) -> dict:
+    """Parameter counts always; with logger.summary also the layer table and FLOPs, logged before step one."""
+    model = summarize(run, state, flops=cfg.logger.summary)
+    if cfg.logger.summary and is_primary():
+        log.info("model summary\n%s", format_summary(model, run.stream.batch_size))
+    if model.get("train_step_flops"):
+        logger.train_flops_per_example = model["train_step_flops"] / run.stream.batch_size
+    return {k: v for k, v in model.items() if k != "layers"}
