@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 
 from conftest import CONF, ROOT, subprocess_env
 from zoo.data import read_splits
+from zoo.ema import with_averaged_params
 from zoo.errors import UserError
 from zoo.evaluate import evaluate
 from zoo.export.artifact import export, write_directory
@@ -70,6 +71,18 @@ def test_exported_outputs_equal_the_zoo_forward_pass(make_cfg, tmp_path, overrid
         else:  # 1e-6 in the model's standardised units: one float32 rounding there is ~1e-7 * target std here
             np.testing.assert_allclose(got["predictions"], expected, rtol=1e-6, atol=1e-6 * target_std.max())
             assert got["predictions"].shape == (batch, 1)
+
+
+def test_a_run_with_weight_averaging_exports_the_averaged_weights(make_cfg, tmp_path):
+    cfg = make_cfg("debug=smoke", "model.hidden=[32]", "trainer.ema_decay=0.5")
+    trained = train(cfg)
+    export(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="export"))
+    x = raw_inputs(cfg, 7)
+    got = np.asarray(load_exported(tmp_path / "run").call(x)["logits"])
+    averaged, _ = zoo_forward(cfg, with_averaged_params(trained["state"]))
+    np.testing.assert_allclose(got, averaged(x), rtol=1e-6, atol=1e-6)
+    last, _ = zoo_forward(cfg, trained["state"])
+    assert not np.allclose(got, last(x), atol=1e-4)  # the average is not the last parameters
 
 
 @pytest.fixture(scope="module")
