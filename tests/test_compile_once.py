@@ -6,12 +6,17 @@ from zoo.run_logger import RunLogger
 from zoo.train import build
 
 
+# (K, log_every): periods that are multiples of K, and log_every=3 against the default K (10 for the MLP),
+# which with eval_every=4 asks for calls of 3, 1, 2, 2, 1 and 3 steps.
+PERIODS = [("1", 4), ("4", 4), ("null", 3)]
+
+
 @pytest.mark.parametrize("mode", ["none", "sharded"])
-@pytest.mark.parametrize("steps_per_call", [1, 4])
-def test_train_and_eval_steps_compile_exactly_once(make_cfg, tmp_path, mode, steps_per_call):
+@pytest.mark.parametrize("steps_per_call,log_every", PERIODS, ids=[f"K={k}-log{n}" for k, n in PERIODS])
+def test_train_and_eval_steps_compile_exactly_once(make_cfg, tmp_path, mode, steps_per_call, log_every):
     cfg = make_cfg("debug=smoke", f"parallel.mode={mode}", "parallel.cpu_devices=2", "trainer.epochs=3",
                    "trainer.max_steps=null", "trainer.batch_size=320", "trainer.eval_batch_size=100",
-                   "trainer.log_every=4", "trainer.eval_every=4", f"trainer.steps_per_call={steps_per_call}")
+                   f"trainer.log_every={log_every}", "trainer.eval_every=4", f"trainer.steps_per_call={steps_per_call}")
     run = build(cfg)
     assert run.stream.steps_per_epoch == 4 and run.total_steps == 12  # 3 epochs
     state = run.compiled.mode.put_state(run.host_state)

@@ -72,7 +72,8 @@ def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: in
     t_start = t_log = time.perf_counter()
     while step < total_steps:
         k = min(chunk_size, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
-        state, acc = compiled.train_chunk(state, acc, mode.put_chunk(stream.chunk(step, k)))
+        # padded to chunk_size rows that the step skips: one compiled shape, whatever the periods
+        state, acc = compiled.train_chunk(state, acc, mode.put_chunk(stream.chunk(step, k, pad_to=chunk_size)))
         step += k
         eval_metrics = None
         if step % log_every == 0 or step == total_steps:
