@@ -98,6 +98,13 @@ BAD_VALUES = [
     ("optimizer._target_=builtins.eval", r"optimizer names _target_='builtins\.eval', which is not allowed; only "
                                          r"targets under zoo\., optax\. can be instantiated\."),
     ("model._target_=os.system", r"model names _target_='os\.system', which is not allowed"),
+    ("model._target_=zoo.cli.os.system", r"model names _target_='zoo\.cli\.os\.system', which is not allowed; it "
+                                        r"resolves to posix\.system, not a public class or function"),
+    ("optimizer._target_=optax.tree_utils.functools.partial",
+     r"optimizer names _target_='optax\.tree_utils\.functools\.partial', which is not allowed; it resolves to "
+     r"functools\.partial"),
+    ("checkpoint.metric=count", r"checkpoint\.metric=count has no direction of its own; set checkpoint\.mode=max or "
+                                r"min\."),
     ("parallel.cpu_devices=1000", r"parallel\.cpu_devices must be between 1 and 512 \(or null\), got 1000\."),
     ("parallel.cpu_devices=16", r"parallel\.cpu_devices=16 but this process already started JAX with 8 CPU "
                                 r"device\(s\); lower parallel\.cpu_devices or start a fresh process\."),

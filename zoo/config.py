@@ -15,6 +15,8 @@ METRICS = {"classification": ("loss", "accuracy", "count"),  # what zoo.tasks re
            "regression": ("loss", "mse", "mae", "r2", "count")}
 NORMALIZATIONS = ("per_feature", "global", "none")
 RUN_METRICS = ("wall_time_s", "examples_per_s")  # figures of the run itself: a multi-objective sweep's second aim
+# Which way is better, per metric: the best checkpoint follows the metric it is chosen by, not the task.
+METRIC_MODES = {"accuracy": "max", "r2": "max", "loss": "min", "mse": "min", "mae": "min"}
 
 
 @dataclass
@@ -48,7 +50,7 @@ class CheckpointConfig:
     keep: int = 3  # newest checkpoints kept
     keep_best: int = 1  # best checkpoints kept by `metric` on the periodic eval split
     metric: Optional[str] = None  # default: accuracy (classification) or loss (regression)
-    mode: Optional[str] = None  # max | min; default follows the metric
+    mode: Optional[str] = None  # max | min; default follows the metric (METRIC_MODES)
     async_save: bool = True
 
 
@@ -133,6 +135,7 @@ class EvalConfig:
     checkpoint: str = "latest"  # latest | best | <step>
     split: str = "test"
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # this command's, never the run's
     trainer: EvalTrainerConfig = field(default_factory=EvalTrainerConfig)
     paths: EvalPathsConfig = field(default_factory=EvalPathsConfig)
 
@@ -143,6 +146,7 @@ class ExportConfig:
     checkpoint: str = "latest"  # latest | best | <step>
     platforms: List[str] = field(default_factory=lambda: ["cpu"])  # jax.export targets
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # this command's, never the run's
     trainer: EvalTrainerConfig = field(default_factory=EvalTrainerConfig)
     paths: EvalPathsConfig = field(default_factory=EvalPathsConfig)
 
@@ -298,3 +302,5 @@ def _validate_metrics(cfg: DictConfig) -> None:
     metric = cfg.checkpoint.metric
     _require(metric is None or metric in METRICS[task],
              f"checkpoint.metric={metric} is not a {task} metric; use one of {list(METRICS[task])} or null.")
+    _require(metric is None or metric in METRIC_MODES or cfg.checkpoint.mode is not None,
+             f"checkpoint.metric={metric} has no direction of its own; set checkpoint.mode=max or min.")

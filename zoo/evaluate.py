@@ -11,6 +11,7 @@ from zoo.config import GENERATOR_KEYS, TrainConfig
 from zoo.errors import UserError
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
+from zoo.parallel.distributed import is_primary
 from zoo.resume import checkpoint_settings
 from zoo.targets import check_targets
 
@@ -74,7 +75,7 @@ def saved_train_config(ckpts: Checkpoints, step: int, cfg: DictConfig) -> DictCo
         check_targets(train_cfg)  # before anything is instantiated
     except UserError as e:
         raise UserError(f"the config saved in {ckpts.directory} is refused: {e}") from None
-    train_cfg.parallel = cfg.parallel
+    train_cfg.parallel, train_cfg.distributed = cfg.parallel, cfg.distributed
     train_cfg.paths.data_dir = cfg.paths.data_dir
     train_cfg.paths.compilation_cache_dir = cfg.paths.compilation_cache_dir
     if cfg.trainer.batch_size:
@@ -91,7 +92,7 @@ def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
     from zoo.train import build
 
     _check_command(cfg, script)
-    select_devices(cfg.parallel)  # before opening checkpoints starts JAX with its default device count
+    select_devices(cfg.parallel, cfg.distributed)  # before opening checkpoints starts JAX with its defaults
     ckpts = _open_checkpoints(cfg.run_dir)
     reason = unwritable_reason(os.path.join(cfg.run_dir, out_name))  # now, not after the whole command
     if reason:
@@ -112,12 +113,14 @@ def evaluate(cfg: DictConfig) -> dict:
     batches, count = run.eval_sets[cfg.split]
     metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, batches, count)
     path = os.path.join(cfg.run_dir, "eval", f"{cfg.split}-{step}.json")
-    with open(path + ".tmp", "w") as f:
-        averaged_with = {} if ema_decay is None else {"ema_decay": ema_decay}
-        json.dump({"step": step, "split": cfg.split, **metrics, **averaged_with}, f, indent=2)
-    os.replace(path + ".tmp", path)
-    averaged = "" if ema_decay is None else f" (exponential moving average of the parameters, ema_decay={ema_decay})"
-    print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}")
-    log.info("wrote %s", path)
+    if is_primary():  # with distributed=explicit|auto every process evaluates; one writes
+        with open(path + ".tmp", "w") as f:
+            averaged_with = {} if ema_decay is None else {"ema_decay": ema_decay}
+            json.dump({"step": step, "split": cfg.split, **metrics, **averaged_with}, f, indent=2)
+        os.replace(path + ".tmp", path)
+        averaged = ("" if ema_decay is None
+                    else f" (exponential moving average of the parameters, ema_decay={ema_decay})")
+        print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}")
+        log.info("wrote %s", path)
     return {"split": cfg.split, "step": step, "metrics": metrics, "path": path,
             "objective": metrics.get(run.compiled.task.objective)}

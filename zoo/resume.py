@@ -5,7 +5,9 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
+from zoo.config import METRIC_MODES
 from zoo.errors import UserError
+from zoo.targets import check_targets
 
 log = logging.getLogger("zoo")
 
@@ -32,30 +34,37 @@ def changed_settings(saved: dict, current: dict, prefixes=STATE_DEFINING) -> lis
 
 def checkpoint_settings(cfg: DictConfig, task) -> dict:
     metric = cfg.checkpoint.metric or task.objective
-    mode = cfg.checkpoint.mode or ("min" if metric == "loss" else task.direction[:3])
+    mode = cfg.checkpoint.mode or METRIC_MODES.get(metric)
+    if mode is None:  # validate() refuses this for new runs; a config saved by an older version may hold it
+        raise UserError(f"checkpoint.metric={metric} has no direction of its own; set checkpoint.mode=max or min.")
     return dict(keep=cfg.checkpoint.keep, keep_best=cfg.checkpoint.keep_best, metric=metric, mode=mode,
                 async_save=cfg.checkpoint.async_save)
 
 
 def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
-    """(step, restored tree or None, its metadata or None). Never silently starts over an existing run."""
+    """(step, restored tree or None, its metadata or None). Never silently starts over an existing run.
+
+    A run with checkpoints of its own continues from them; a `trainer.resume` path only seeds an empty run,
+    so rerunning the same command after a preemption does not go back to the source checkpoint."""
     resume = cfg.trainer.resume
     own_steps = ckpts.steps() if ckpts else []
-    if resume == "never":
-        if own_steps:
-            raise UserError(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
-                            "trainer.resume=never; choose a new hydra.run.dir or set trainer.resume=auto.")
-        return 0, None, None
-    if resume == "auto":
-        if not own_steps:
-            return 0, None, None
+    if resume == "never" and own_steps:
+        raise UserError(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
+                        "trainer.resume=never; choose a new hydra.run.dir or set trainer.resume=auto.")
+    if own_steps:
         source = ckpts
+    elif resume in ("auto", "never"):
+        return 0, None, None
+    elif not os.path.isdir(resume):
+        raise UserError(f"trainer.resume={resume} is not a checkpoint directory; use auto, never or the "
+                        "checkpoints/ directory of an earlier run.")
     else:
-        if not os.path.isdir(resume):
-            raise UserError(f"trainer.resume={resume} is not a checkpoint directory; use auto, never or the "
-                            "checkpoints/ directory of an earlier run.")
         source = Checkpoints(resume, read_only=True)
     saved_config, current = _newest_readable_meta(source)["config"], OmegaConf.to_container(cfg, resolve=True)
+    try:
+        check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
+    except UserError as e:
+        raise UserError(f"the config saved in {source.directory} is refused: {e}") from None
     changed = changed_settings(saved_config, current)
     if changed:
         raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "

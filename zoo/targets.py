@@ -1,21 +1,64 @@
-"""Instantiate `_target_` configs only from modules this project trusts (configs may come from run dirs)."""
+"""Instantiate `_target_` configs only when they resolve to the zoo's own or optax's public objects.
+
+Configs may come from run dirs written by someone else, and a dotted path is resolved attribute by attribute:
+`zoo.cli.os.system` starts with `zoo.` yet is `os.system`. So the check looks at what the path resolves to.
+"""
+import functools
+import inspect
+
+from hydra._internal.utils import _locate  # the resolver hydra.utils.instantiate itself uses
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig
 
 from zoo.errors import UserError
 
-ALLOWED_PREFIXES = ("zoo.", "optax.")
+# Only modules of these packages are imported while resolving, so no other package's import-time code runs.
+SEARCHED_PACKAGES = ("zoo.", "optax.")
+
+
+@functools.cache
+def _optax_public_objects() -> frozenset:
+    """ids of the classes and functions optax exports at its top level and in its public submodules."""
+    import optax
+
+    modules = [optax] + [m for name, m in vars(optax).items() if inspect.ismodule(m) and not name.startswith("_")
+                         and m.__name__.startswith("optax.")]
+    return frozenset(id(obj) for module in modules for name, obj in vars(module).items()
+                     if not name.startswith("_") and _defined_in(obj, "optax"))
+
+
+def _defined_in(obj, package: str) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return (inspect.isclass(obj) or inspect.isfunction(obj)) and (module == package or
+                                                                  module.startswith(package + "."))
+
+
+def _refusal(target) -> str | None:
+    """Why `target` may not be instantiated, or None when it resolves to an allowed class or function."""
+    if not isinstance(target, str) or not target.startswith(SEARCHED_PACKAGES):
+        return f"only targets under {', '.join(SEARCHED_PACKAGES)} can be instantiated"
+    try:
+        obj = _locate(target)
+    except Exception:  # hydra raises ImportError with a multi-line account of each attempt
+        return "it cannot be imported"
+    if _defined_in(obj, "zoo") and not obj.__name__.startswith("_"):
+        return None
+    if id(obj) in _optax_public_objects():
+        return None
+    where = getattr(obj, "__module__", None) or type(obj).__name__
+    return (f"it resolves to {where}.{getattr(obj, '__name__', '?')}, not a public class or function of the zoo "
+            "or of optax")
 
 
 def check_targets(node, where: str = "") -> None:
-    """Refuse any `_target_` outside ALLOWED_PREFIXES, anywhere in the tree, before anything is built.
+    """Refuse any disallowed `_target_` anywhere in the tree (`_args_` included), before anything is built.
 
     `where` is the dotted path of `node` in the config ('' for the root), used to name the setting."""
     if isinstance(node, DictConfig):
         target = node.get("_target_")
-        if target is not None and not str(target).startswith(ALLOWED_PREFIXES):
-            raise UserError(f"{where or 'the config'} names _target_={target!r}, which is not allowed; only targets "
-                            f"under {', '.join(ALLOWED_PREFIXES)} can be instantiated.")
+        reason = None if target is None else _refusal(target)
+        if reason:
+            raise UserError(f"{where or 'the config'} names _target_={target!r}, which is not allowed; {reason}.")
         for key, value in node.items():
             check_targets(value, f"{where}.{key}" if where else str(key))
     elif isinstance(node, ListConfig):

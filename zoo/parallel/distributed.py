@@ -8,7 +8,7 @@ from zoo.errors import UserError
 
 def init_distributed(cfg) -> None:
     """Join the process group; must run after jax_num_cpu_devices is set and before any JAX work."""
-    if cfg.mode == "none":
+    if cfg.mode == "none" or jax.distributed.is_initialized():  # eval.py joins before building its run
         return
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
     if cfg.mode == "explicit":

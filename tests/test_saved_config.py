@@ -1,0 +1,63 @@
+"""A run dir's saved config is data, not code: its targets are checked and its placement is not reused."""
+import json
+import pathlib
+
+import pytest
+
+from zoo.errors import UserError
+from zoo.evaluate import evaluate
+from zoo.train import train
+
+
+def eval_cfg(make_cfg, run_dir, *overrides):
+    return make_cfg(f"run_dir={run_dir}", *overrides, config_name="eval")
+
+
+def tamper_saved_config(run_dir, key: str, value) -> None:
+    """Write `value` at `key` of the newest checkpoint's saved config, as someone with the run dir could."""
+    ckpts = pathlib.Path(run_dir) / "checkpoints"
+    meta_file = ckpts / str(max(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())) / "meta" / "metadata"
+    meta = json.loads(meta_file.read_text())
+    meta["config"][key] = value
+    meta_file.write_text(json.dumps(meta))
+
+
+def shell_target(marker) -> dict:
+    return {"_target_": "zoo.cli.os.system", "_args_": [f"touch {marker}"]}
+
+
+BAD_TARGETS = {  # key of the saved config -> (its new value, what the refusal names)
+    "os": ("model", lambda m: {"_target_": "os.system"}, r"model names _target_='os\.system'"),
+    "through-zoo": ("model", lambda m: {**shell_target(m), "hidden": [8]}, r"model names _target_='zoo\.cli\.os\.system'"),
+    "through-optax": ("optimizer", lambda m: {"_target_": "optax._src.base.jax.numpy.save", "learning_rate": 0.1},
+                      r"optimizer names _target_='optax\._src\.base\.jax\.numpy\.save'"),
+    "nested-args": ("optimizer", lambda m: {"_target_": "optax.chain", "_args_": [shell_target(m)],
+                                            "learning_rate": 0.1},
+                    r"optimizer\._args_\[0\] names _target_='zoo\.cli\.os\.system'"),
+}
+
+
+@pytest.mark.parametrize("command", ["eval", "resume"])
+@pytest.mark.parametrize("bad", list(BAD_TARGETS))
+def test_disallowed_target_in_a_run_dir_is_refused(make_cfg, tmp_path, bad, command):
+    """A target is judged by what it resolves to: `zoo.cli.os.system` is os.system, whatever its prefix."""
+    train(make_cfg("debug=smoke", "trainer.max_steps=2", out="source"))
+    key, value, names = BAD_TARGETS[bad]
+    marker = tmp_path / "command_ran"
+    tamper_saved_config(tmp_path / "source", key, value(marker))
+    with pytest.raises(UserError, match=rf"config saved in .* is refused: {names}, which is not allowed"):
+        if command == "eval":
+            evaluate(eval_cfg(make_cfg, tmp_path / "source"))
+        else:
+            train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'source' / 'checkpoints'}"))
+    assert not marker.exists()
+
+
+def test_eval_uses_its_own_distributed_settings(make_cfg, tmp_path):
+    """A multi-process run's coordinator is gone by evaluation time; eval.py does not try to rejoin it."""
+    results = train(make_cfg("debug=smoke", "trainer.max_steps=2"))
+    tamper_saved_config(tmp_path / "run", "distributed", {
+        "mode": "explicit", "coordinator_address": "localhost:1", "num_processes": 2, "process_id": 1,
+        "timeout_s": 1})
+    evaluated = evaluate(eval_cfg(make_cfg, tmp_path / "run"))
+    assert evaluated["metrics"] == results["test"]
