@@ -1,6 +1,5 @@
 """The commands a user types, as real subprocesses: exit codes, messages, signals, kill -9."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -65,9 +64,9 @@ def assert_final_checkpoint_equals_in_process_run(run_dir, make_cfg, overrides):
     """The resumed subprocess run ends with the very parameters of an uninterrupted run."""
     cfg = make_cfg(*overrides, out="reference")
     reference = train(cfg)
-    target = {"state": reference["state"], "sums": build(cfg).compiled.zero_sums}
+    target = jax.tree.map(np.zeros_like, {"state": reference["state"], "sums": build(cfg).compiled.zero_sums})
     ckpts = Checkpoints(str(run_dir / "checkpoints"), read_only=True)
-    restored, _ = ckpts.restore(ckpts.steps()[-1], target)
+    restored, _ = ckpts.restore(ckpts.steps()[-1], target)  # into zeros: nothing compared comes from the target
     for a, b in zip(jax.tree.leaves(restored["state"]), jax.tree.leaves(reference["state"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -90,20 +89,36 @@ def test_sigterm_saves_and_the_same_command_resumes(data_dir, make_cfg, tmp_path
     assert_final_checkpoint_equals_in_process_run(tmp_path / "run", make_cfg, args[:-1])
 
 
-def test_kill_9_during_saves_leaves_only_complete_checkpoints(data_dir, make_cfg, tmp_path):
-    args = [*TINY, "trainer.max_steps=150", "trainer.log_every=1", "trainer.checkpoint_every=1",
+# train.py with orbax's final rename of step KILL_AT replaced by SIGKILL: the process dies mid-save, its
+# temporary directory fully written but never renamed, the worst moment for a kill.
+KILL_IN_SAVE = """
+import os, runpy, signal, sys
+from orbax.checkpoint._src.path import atomicity
+rename = atomicity.AtomicRenameTemporaryPath.finalize
+async def finalize(self):
+    if self._final_path.name == os.environ["KILL_AT"]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return await rename(self)
+atomicity.AtomicRenameTemporaryPath.finalize = finalize
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_kill_9_during_a_save_leaves_only_complete_checkpoints(data_dir, make_cfg, tmp_path):
+    args = [*TINY, "trainer.max_steps=12", "trainer.log_every=1", "trainer.checkpoint_every=1",
             "checkpoint.keep=1000", f"hydra.run.dir={tmp_path / 'run'}"]
-    proc = start(args, data_dir)
-    wait_for_lines(tmp_path / "run" / "metrics.jsonl", 40, proc)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=60)
-    ckpts = Checkpoints(str(tmp_path / "run" / "checkpoints"), read_only=True)
-    steps = ckpts.steps()
-    assert steps and steps[-1] < 150
+    killed = subprocess.run([sys.executable, "-c", KILL_IN_SAVE, *args], cwd=ROOT, capture_output=True, text=True,
+                            env={**subprocess_env(data_dir), "KILL_AT": "7"}, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert [p.name.split(".")[0] for p in checkpoints.glob("*.orbax-checkpoint-tmp*")] == ["7"]  # cut short
+    ckpts = Checkpoints(str(checkpoints), read_only=True)
+    assert ckpts.steps() == [1, 2, 3, 4, 5, 6]  # step 7 is not listed: it was never complete
     target = build(make_cfg(*args[:-1], out="probe"))
-    for step in steps[-3:]:  # the newest listed ones are the ones a kill could have cut short
-        ckpts.restore(step, {"state": target.host_state, "sums": target.compiled.zero_sums})
+    ckpts.restore(6, {"state": target.host_state, "sums": target.compiled.zero_sums})
     done = run(args, data_dir)
     assert done.returncode == 0, done.stderr
-    assert json.loads((tmp_path / "run" / "results.json").read_text())["start_step"] == steps[-1]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["start_step"] == 6
+    assert not list(checkpoints.glob("*.orbax-checkpoint-tmp*"))  # the resumed run cleared the leftover
     assert_final_checkpoint_equals_in_process_run(tmp_path / "run", make_cfg, args[:-1])

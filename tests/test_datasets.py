@@ -1,9 +1,12 @@
 """Catalog datasets through tfds.testing.mock_data; the offline failure message; embedded split contracts."""
+import json
+
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from zoo.data import load_dataset
+from zoo.checkpoint import Checkpoints
+from zoo.data import load_dataset, sources
 from zoo.errors import UserError
 from zoo.train import train
 
@@ -22,14 +25,23 @@ def test_catalog_dataset_trains_on_mock_data(make_cfg, name, shape):
     assert results["test"]["count"] == 24 and np.isfinite(results["test"]["loss"])
 
 
-def test_catalog_dataset_offline_says_what_to_do(make_cfg, tmp_path, monkeypatch):
-    def no_network(*args, **kwargs):
+@pytest.mark.parametrize("resolves", [True, False], ids=["host-resolves", "no-dns"])
+def test_catalog_dataset_offline_says_what_to_do(make_cfg, tmp_path, monkeypatch, resolves):
+    """Both paths, whatever this machine's network: a failed download, or no download tried when DNS fails."""
+    calls = []
+
+    def no_network(*args, download, **kwargs):
+        calls.append(download)
         raise ConnectionError("Failed to establish a new connection")
 
     monkeypatch.setattr(tfds, "data_source", no_network)
+    monkeypatch.setattr(sources, "_network_reachable", lambda: resolves)
     cfg = make_cfg("dataset=mnist", f"paths.data_dir={tmp_path / 'empty'}")
-    with pytest.raises(UserError, match=r"dataset=mnist is not prepared in paths\.data_dir=.*could not be downloaded"):
+    cause = r"ConnectionError: Failed to establish" if resolves else r"ConnectionError: no network: .* does not resolve"
+    with pytest.raises(UserError, match=r"dataset=mnist is not prepared in paths\.data_dir=.*could not be "
+                                        rf"downloaded \({cause}"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
+    assert calls == ([False, True] if resolves else [False])  # prepared data first, then a download if any
 
 
 def test_embedded_splits_are_deterministic_and_disjoint(make_cfg):
@@ -49,9 +61,21 @@ def test_normalisation_uses_train_statistics_only(make_cfg):
     assert np.abs(data.splits["test"].x.mean(axis=0)).max() > 1e-3  # test is scaled with train's numbers
 
 
-def test_validation_split_is_carved_from_train_and_reported(make_cfg):
-    results = train(make_cfg("debug=smoke", "dataset.validation_fraction=0.1"))
+def test_validation_split_is_carved_from_train_and_chooses_the_best_checkpoint(make_cfg, tmp_path):
+    cfg = make_cfg("debug=smoke", "dataset.validation_fraction=0.1", "trainer.eval_every=2",
+                   "trainer.checkpoint_every=2", "checkpoint.keep=1", "checkpoint.keep_best=1")
+    splits = load_dataset(cfg.dataset, cfg.paths.data_dir).splits
+    assert (len(splits["train"]), len(splits["validation"]), len(splits["test"])) == (1294, 144, 359)
+    train_rows = {row.tobytes() for row in splits["train"].x}
+    assert sum(row.tobytes() in train_rows for row in splits["validation"].x) < 5  # digits' few duplicates
+    results = train(cfg)
     assert results["validation"]["count"] == 144 and results["test"]["count"] == 359
+    records = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    periodic = {r["step"]: r["accuracy"] for r in records if r["split"] == "validation"}
+    assert sorted(periodic) == [2, 4, 6] and [r["step"] for r in records if r["split"] == "test"] == [6]
+    best = [step for step, accuracy in periodic.items() if accuracy == max(periodic.values())]
+    kept = Checkpoints(str(tmp_path / "run" / "checkpoints"), read_only=True).steps()
+    assert kept in [sorted({step, 6}) for step in best]  # the newest plus the best on validation
 
 
 def test_unwritable_data_dir_names_the_setting(make_cfg, tmp_path):
