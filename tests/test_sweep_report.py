@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import ROOT, subprocess_env
-from zoo import sweep_report
+from zoo.sweeps import report as sweep_report
 
 
 def write_job(root, name: str, overrides: list, results=None, failure=None) -> None:
@@ -60,7 +60,7 @@ def test_digits_cnn_search_runs_with_a_tiny_budget(data_dir, tmp_path):
     assert len(results) == 2
     for result in results.values():
         assert result["test"]["count"] == 359 and result["steps"] == 6
-        assert result["objective"] == result["test"]["accuracy"]  # optimized_metric: test/accuracy
+        assert result["objective"] == result["validation"]["accuracy"]  # the preset selects on validation
     with open(sweep / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["status"] for r in rows] == ["completed", "completed"]
