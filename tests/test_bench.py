@@ -9,9 +9,9 @@ import pytest
 from flax import nnx
 
 from conftest import ROOT, subprocess_env
-from zoo.bench import SECTIONS, expected_row_ids
-from zoo.bench_reference import MODELS
-from zoo.bench_util import Sizes
+from zoo.bench.suite import SECTIONS, expected_row_ids
+from zoo.bench.reference import MODELS
+from zoo.bench.util import Sizes
 from zoo.data import load_dataset
 from zoo.train import build_model
 

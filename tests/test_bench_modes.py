@@ -1,7 +1,7 @@
 """The per-mode benchmark runs every row (it asserts no speed: these are simulated devices)."""
 import json
 
-from zoo.bench_modes import main
+from zoo.bench.modes import main
 
 
 def test_bench_modes_quick_has_every_row(tmp_path, data_dir, monkeypatch):

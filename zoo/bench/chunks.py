@@ -5,9 +5,9 @@ import time
 import jax
 from omegaconf import OmegaConf
 
-from zoo.bench_reference import DROPOUT, naive_loop
-from zoo.bench_steps import LOGGING, reference_for
-from zoo.bench_util import compose_cfg, interleave, median, ratios, row
+from zoo.bench.reference import DROPOUT, naive_loop
+from zoo.bench.steps import LOGGING, reference_for
+from zoo.bench.util import compose_cfg, interleave, median, ratios, row
 from zoo.loop import fit
 from zoo.run_logger import RunLogger
 from zoo.train import build

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 
-from zoo.bench_util import ROOT, compose_cfg, ratios, row
+from zoo.bench.util import ROOT, compose_cfg, ratios, row
 
 
 class _Reached(Exception):

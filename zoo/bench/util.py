@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from zoo.config import register_configs
 from zoo.data import build_dataset
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,10 +56,10 @@ def _meta(args, sizes) -> dict:
 
 
 def run_benchmark(args) -> dict:
-    from zoo.bench_chunks import chunk_benchmarks
-    from zoo.bench_process import cold_start_rows, finish_child, run_here, start_child, tta_rows, tta_specs
-    from zoo.bench_steps import step_benchmarks
-    from zoo.bench_util import QUICK, Sizes, Where, compose_cfg
+    from zoo.bench.chunks import chunk_benchmarks
+    from zoo.bench.process import cold_start_rows, finish_child, run_here, start_child, tta_rows, tta_specs
+    from zoo.bench.steps import step_benchmarks
+    from zoo.bench.util import QUICK, Sizes, Where, compose_cfg
     from zoo.data import load_dataset
 
     sizes = QUICK if args.quick else Sizes()
@@ -144,7 +144,7 @@ def main(argv=None) -> dict:
 
     absl_logging.set_verbosity(absl_logging.ERROR)  # TFDS 'custom data configuration' chatter
     if args.child:
-        from zoo.bench_process import child_main
+        from zoo.bench.process import child_main
 
         return child_main(args.child)
     result = run_benchmark(args)
@@ -155,6 +155,3 @@ def main(argv=None) -> dict:
     print(f"wrote {os.path.abspath(args.out)}")
     return result
 
-
-if __name__ == "__main__":
-    main()

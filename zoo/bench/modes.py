@@ -1,6 +1,6 @@
 """Steps/s and compile time per parallel mode, and the cost of checkpointing, in one process.
 
-    python -m zoo.bench_modes [--devices 8] [--steps 200] [--quick]
+    python -m zoo.bench.modes [--devices 8] [--steps 200] [--quick]
 
 The devices are simulated CPU devices: these figures show the modes work and what their overhead is on
 one CPU, not a speed-up. Checkpoint cost is steps/s with saves every N steps vs none, same run otherwise.
@@ -18,7 +18,7 @@ def _compose(overrides):
     from zoo.config import register_configs
 
     register_configs()
-    conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+    conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "conf")
     with initialize_config_dir(config_dir=conf, version_base=None):
         return compose(config_name="train", overrides=overrides)
 

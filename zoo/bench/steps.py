@@ -7,8 +7,8 @@ import time
 import jax
 import optax
 
-from zoo.bench_reference import DROPOUT, make_reference
-from zoo.bench_util import compose_cfg, interleave, median, per_step, ratios, row, synthetic_images
+from zoo.bench.reference import DROPOUT, make_reference
+from zoo.bench.util import compose_cfg, interleave, median, per_step, ratios, row, synthetic_images
 from zoo.loop import fit
 from zoo.run_logger import RunLogger
 from zoo.train import build

@@ -1,0 +1,3 @@
+from zoo.bench.suite import main
+
+main()
