@@ -23,7 +23,9 @@ MOCK_CATALOG = ("import runpy, sys, tensorflow_datasets as tfds\n"
 def readme_commands(text: str) -> list:
     """Command lines of the README's code blocks that start a zoo script or module (pytest excluded)."""
     commands = []
-    for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, re.S):
+    for language, block in re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
+        if language not in ("", "bash", "sh"):
+            continue
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             for part in line.split("&&"):
@@ -43,6 +45,7 @@ def test_readme_commands_are_found():
     scripts = {c[0] if c[0] != "-m" else c[1] for c in COMMANDS}
     assert {"train.py", "eval.py"} <= scripts and len(COMMANDS) >= 10, COMMANDS
     assert readme_commands("```bash\npip install x && python train.py a=1  # note\n```\n") == [["train.py", "a=1"]]
+    assert readme_commands("```python\nprint('x')\n```\n\n```bash\npython eval.py b=2\n```\n") == [["eval.py", "b=2"]]
 
 
 @pytest.fixture(scope="module")
