@@ -20,6 +20,8 @@ def test_every_option_composes_and_builds(make_cfg, group, option):
     overrides = [f"{group}={option}", "debug=smoke"] if group != "debug" else [f"debug={option}"]
     if group == "model" and option == "cnn":
         overrides.append("dataset=digits")
+    if group == "privacy" and option == "dpsgd":  # a privacy level is the user's choice: no default
+        overrides.append("privacy.target_epsilon=3")
     cfg = make_cfg(*overrides)
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     validate(cfg)

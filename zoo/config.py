@@ -6,6 +6,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from zoo.errors import UserError
+from zoo.privacy.config import PrivacyConfig, validate_privacy
 from zoo.targets import check_targets
 
 PARALLEL_MODES = ("none", "pmap", "sharded")
@@ -116,6 +117,7 @@ class TrainConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
 
 
 @dataclass
@@ -233,6 +235,7 @@ def validate(cfg: DictConfig) -> None:
         check_targets(cfg[group], group)
     _validate_model(cfg.model)
     _validate_metrics(cfg)
+    validate_privacy(cfg)
 
 
 GENERATOR_KEYS = ("num_examples", "num_features", "noise")

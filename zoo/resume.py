@@ -7,6 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
 from zoo.config import METRIC_MODES
 from zoo.errors import UserError
+from zoo.privacy.plan import resume_defining
 from zoo.targets import check_targets
 
 log = logging.getLogger("zoo")
@@ -65,7 +66,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
         check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
     except UserError as e:
         raise UserError(f"the config saved in {source.directory} is refused: {e}") from None
-    changed = changed_settings(saved_config, current)
+    changed = changed_settings(saved_config, current, STATE_DEFINING + resume_defining(saved_config, current))
     if changed:
         raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
                         f"{'; '.join(changed)}; restore those settings or start in a new hydra.run.dir.")

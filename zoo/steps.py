@@ -14,7 +14,11 @@ def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
 
 
-def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None, unroll: bool = False):
+def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None, unroll: bool = False,
+               gradients=None):
+    """`gradients(state, batch) -> (grads reduced across devices, local metric sums, model_state)` replaces the
+    mean-loss gradient when given (DP-SGD: zoo.privacy.gradients)."""
+
     def reduce(tree):
         return jax.lax.psum(tree, axis_name) if axis_name else tree
 
@@ -31,8 +35,11 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
             loss = sums["loss_sum"] / reduce(sums["count"])
             return loss, (sums, nnx.split(model, nnx.Param, ...)[2])
 
-        (_, (sums, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        grads = reduce(grads)
+        if gradients is None:
+            (_, (sums, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+            grads = reduce(grads)
+        else:
+            grads, sums, model_state = gradients(state, batch)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new_state = state.replace(params=params, model_state=model_state, opt_state=opt_state, step=state.step + 1)

@@ -20,6 +20,7 @@ from zoo.optim import build_optimizer, check_run_length, learning_rate_at
 from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
 from zoo.parallel.distributed import barrier, is_primary
 from zoo.preemption import Preempted, stop_on_signals
+from zoo.privacy.plan import EpsilonLogger, PrivacyPlan, plan_privacy
 from zoo.resume import checkpoint_settings, find_start
 from zoo.run_logger import RunLogger
 from zoo.state import TrainState, create_state
@@ -42,6 +43,7 @@ class Run:
     compiled: Compiled
     eval_sets: dict  # split -> (device batches, example count); the periodic split first
     total_steps: int
+    privacy: PrivacyPlan | None = None  # privacy=dpsgd
 
 
 def setup_compilation_cache(path) -> None:
@@ -80,11 +82,16 @@ def build(cfg: DictConfig) -> Run:
     stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed)
     total_steps = total_steps_for(cfg.trainer, stream.steps_per_epoch)
     check_run_length(cfg, total_steps)
+    privacy = plan_privacy(cfg, data.splits["train"], total_steps, mode.num_devices)
+    if privacy:  # Poisson-sampled batches; the budget may end the run early
+        stream, total_steps = privacy.stream, privacy.total_steps
     model = mode.prepare_model(build_model(cfg, data))
     tx = build_optimizer(cfg, total_steps)
     graphdef, host_state = create_state(model, tx, cfg.seed)
     unroll = jax.default_backend() == "cpu" and any(isinstance(m, nnx.Conv) for _, m in model.iter_modules())
-    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, tx, mode.axis_name, unroll=unroll)
+    gradients = privacy.gradients(model, graphdef, task, mode.axis_name) if privacy else None
+    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, tx, mode.axis_name, unroll=unroll,
+                                                   gradients=gradients)
     if cfg.trainer.ema_decay is not None:  # every eval (periodic, final, eval.py) scores the averaged parameters
         eval_step = evaluating_averaged(eval_step)
     eval_batch_size = round_up(cfg.trainer.eval_batch_size, mode.num_devices)
@@ -96,7 +103,7 @@ def build(cfg: DictConfig) -> Run:
     steps_per_call = cfg.trainer.steps_per_call or (1 if unroll else 10)
     compiled = Compiled(mode, train_fn, eval_fn, zero_sums(host_state, host_batches["test"][0]), task, steps_per_call)
     eval_sets = {s: ([mode.put_batch(b) for b in batches], len(data.splits[s])) for s, batches in host_batches.items()}
-    return Run(data, stream, host_state, compiled, eval_sets, total_steps)
+    return Run(data, stream, host_state, compiled, eval_sets, total_steps, privacy)
 
 
 def objective_of(cfg: DictConfig, results: dict, task):
@@ -160,6 +167,8 @@ def train(cfg: DictConfig) -> dict:
         early.load_state_dict(meta.get("early_stopping"))
     logger = RunLogger(out_dir, cfg.logger, run.total_steps, start_step=start_step, enabled=is_primary(),
                        learning_rate=learning_rate_at(cfg, run.total_steps))
+    if run.privacy:
+        logger = EpsilonLogger(logger, run.privacy)
     save = _saver(cfg, ckpts, run.stream, early)
     state = mode.put_state(host_state)
     model = describe(cfg, run, state, logger)
@@ -201,6 +210,8 @@ def train(cfg: DictConfig) -> dict:
     results["model"] = {**model, "achieved_gflop_s": achieved_gflop_s(model, run.stream.batch_size, examples_per_s)}
     if cfg.trainer.ema_decay is not None:
         results["eval_params"] = f"exponential moving average, trainer.ema_decay={cfg.trainer.ema_decay}"
+    if run.privacy:
+        results["privacy"] = run.privacy.record(step)  # the steps run: early stopping may end sooner
     results["objective"] = objective_of(cfg, results, compiled.task)
     logger.write_results(results)
     logger.close("accuracy" if run.data.task == "classification" else "r2")

@@ -1,0 +1,222 @@
+"""DP-SGD: per-example gradients, clipping and noise, Poisson sampling, the accountant, modes and resume."""
+import json
+import math
+import signal
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from dp_accounting.pld import PLDAccountant
+from dp_accounting.rdp import RdpAccountant
+from flax import nnx
+
+from zoo.data import load_dataset
+from zoo.errors import UserError
+from zoo.preemption import Preempted
+from zoo.privacy.gradients import make_private_gradients, per_example_grads
+from zoo.privacy.plan import plan_privacy
+from zoo.run_logger import RunLogger
+from zoo.state import create_state
+from zoo.steps import make_steps
+from zoo.tasks import TASKS
+from zoo.train import build_model, train
+
+MODELS = {"mlp": ["model=mlp", "model.hidden=[32,16]"], "cnn": ["model=cnn", "model.batch_norm=false",
+          "model.channels=[4,8]", "model.dense=16"], "linear-diabetes": ["model=linear", "dataset=diabetes"]}
+DP = ["privacy=dpsgd", "privacy.noise_multiplier=1.0"]
+
+
+def parts(make_cfg, model):
+    """(batch of 8 train examples, graphdef, state, task) for `model`."""
+    cfg = make_cfg("debug=smoke", *MODELS[model])
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    graphdef, state = create_state(build_model(cfg, data), optax.sgd(0.1), cfg.seed)
+    train_split = data.splits["train"]
+    batch = {"x": train_split.x[:8], "y": train_split.y[:8], "mask": np.ones(8, np.float32)}
+    return batch, graphdef, state, TASKS[data.task]
+
+
+def tree_norm(tree) -> float:
+    return float(optax.tree.norm(tree))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_per_example_gradients_equal_a_loop_of_single_example_gradients(make_cfg, model):
+    batch, graphdef, state, task = parts(make_cfg, model)
+    keys = jax.random.split(jax.random.key(0), 8)
+    grads, _ = per_example_grads(graphdef, task, state.params, state.model_state, batch, keys)
+    for i in range(8):
+        def loss(params):
+            out = nnx.merge(graphdef, params, state.model_state)(batch["x"][i:i + 1], train=True)
+            return task.sums(out, batch["y"][i:i + 1], batch["mask"][i:i + 1])["loss_sum"]
+
+        expected = jax.grad(loss)(state.params)
+        for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(expected)):
+            np.testing.assert_allclose(got[i], want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_dp_step_without_clipping_or_noise_equals_the_ordinary_step(make_cfg, model):
+    batch, graphdef, state, task = parts(make_cfg, model)
+    tx = optax.sgd(0.1)
+    chunk = jax.tree.map(lambda x: np.stack([x, x[::-1]]), batch)  # two steps
+    gradients = make_private_gradients(graphdef, task, l2_clip=math.inf, noise_multiplier=0.0, expected_batch_size=8)
+    acc = None
+    results = []
+    for hook in (None, gradients):
+        train_chunk, _, zero_sums = make_steps(graphdef, task, tx, gradients=hook)
+        acc = zero_sums(state, batch)
+        results.append(jax.jit(train_chunk)(state, acc, chunk))
+    (ordinary, ordinary_sums), (private, private_sums) = results
+    assert tree_norm(jax.tree.map(jnp.subtract, ordinary.params, state.params)) > 1e-3  # the step moved
+    for got, want in zip(jax.tree.leaves(private.params), jax.tree.leaves(ordinary.params)):
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)
+    for got, want in zip(jax.tree.leaves(private_sums), jax.tree.leaves(ordinary_sums)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_every_clipped_example_gradient_is_within_l2_clip(make_cfg):
+    batch, graphdef, state, task = parts(make_cfg, "mlp")
+    batch["x"] = batch["x"] * 50.0  # large inputs: large gradients, so most examples are clipped
+    keys = jax.random.split(jax.random.key(0), 8)
+    raw, _ = per_example_grads(graphdef, task, state.params, state.model_state, batch, keys)
+    clip = 0.5
+    gradients = jax.jit(make_private_gradients(graphdef, task, l2_clip=clip, noise_multiplier=0.0,
+                                               expected_batch_size=1))
+    norms = []
+    for i in range(8):  # one example per batch: the step's gradient is that example's clipped gradient
+        alone = dict(batch, mask=np.eye(8, dtype=np.float32)[i])
+        clipped = tree_norm(gradients(state, alone)[0])
+        raw_norm = tree_norm(jax.tree.map(lambda g: g[i], raw))
+        assert clipped <= clip + 1e-6
+        np.testing.assert_allclose(clipped, min(raw_norm, clip), rtol=1e-5)
+        norms.append(raw_norm)
+    assert sum(n > clip for n in norms) >= 4
+
+
+def test_noise_has_the_configured_standard_deviation(make_cfg):
+    batch, graphdef, state, task = parts(make_cfg, "mlp")
+    batch["mask"] = np.zeros(8, np.float32)  # no example: the gradient is the noise alone
+    sigma, clip, expected = 1.3, 0.7, 5.0
+    gradients = jax.jit(make_private_gradients(graphdef, task, l2_clip=clip, noise_multiplier=sigma,
+                                               expected_batch_size=expected))
+    noise = np.concatenate([np.ravel(g) for g in jax.tree.leaves(gradients(state, batch)[0])]) * expected
+    n = noise.size  # 64*32 + 32*16 + 16*10 + biases
+    assert n > 2500
+    # std of the sample std is ~ sigma*clip / sqrt(2n): 1.4% here; 5% is > 3.5 of them
+    np.testing.assert_allclose(noise.std(), sigma * clip, rtol=0.05)
+    assert abs(noise.mean()) < 4 * sigma * clip / math.sqrt(n)
+    later = jax.jit(make_private_gradients(graphdef, task, l2_clip=clip, noise_multiplier=sigma,
+                                           expected_batch_size=expected))(state.replace(step=state.step + 1), batch)
+    assert not np.allclose(jax.tree.leaves(later[0])[0], jax.tree.leaves(gradients(state, batch)[0])[0])
+
+
+def reference_epsilon(record) -> float:
+    """dp-accounting itself, for the (q, sigma, steps, delta) the run reports."""
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        record["q"], dp_accounting.GaussianDpEvent(record["noise_multiplier"])), record["steps"])
+    accountant = RdpAccountant() if record["accountant"] == "rdp" else PLDAccountant(value_discretization_interval=1e-3)
+    return accountant.compose(event).get_epsilon(record["accountant_delta"])
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_reported_epsilon_is_what_dp_accounting_computes(make_cfg, tmp_path, accountant):
+    results = train(make_cfg("debug=smoke", *DP, f"privacy.accountant={accountant}"))
+    record = json.loads((tmp_path / "run" / "results.json").read_text())["privacy"]
+    assert record["steps"] == 6 and record["q"] == 16 / 1438 and record["accountant"] == accountant
+    assert record["epsilon"] == pytest.approx(reference_epsilon(record), rel=1e-9) == results["privacy"]["epsilon"]
+    # the overflow of truncated Poisson batches is paid from delta: (1 + e^eps) p on top of the accountant's
+    assert record["accountant_delta"] + (1 + math.exp(record["epsilon"])) * record["overflow_probability"] <= 1e-5
+    logged = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    epsilons = [r["epsilon"] for r in logged if r["split"] == "train"]
+    assert epsilons == sorted(epsilons) and epsilons[-1] == record["epsilon"] and len(epsilons) == 3
+
+
+def test_target_epsilon_solves_the_noise_and_a_fixed_noise_stops_at_the_budget(make_cfg):
+    cfg = make_cfg("debug=smoke", "privacy=dpsgd", "privacy.target_epsilon=2", "privacy.accountant=rdp")
+    split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
+    solved = plan_privacy(cfg, split, 50, 1)
+    assert 1.99 < solved.epsilon(50) <= 2.0 and solved.total_steps == 50
+    cfg.privacy.noise_multiplier = 1.0  # with a fixed noise the target is a budget
+    capped = plan_privacy(cfg, split, 1000, 1)
+    assert capped.total_steps < 1000 and capped.record(capped.total_steps)["stopped_by_budget"]
+    assert capped.epsilon(capped.total_steps) <= 2.0 < capped.epsilon(capped.total_steps + 1)
+
+
+def test_poisson_batches_follow_the_step_and_the_rate(make_cfg):
+    cfg = make_cfg("debug=smoke", *DP)
+    split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
+    stream = plan_privacy(cfg, split, 400, 4).stream
+    assert stream.rows % 4 == 0 and stream.rows > 16
+    whole = stream.chunk(10, 3)
+    for i in range(3):  # the step alone decides its batch, however the steps are chunked
+        one = stream.chunk(10 + i, 1)
+        assert all(np.array_equal(whole[k][i], one[k][0]) for k in whole)
+    masks = stream.chunk(0, 400)["mask"]
+    assert masks.shape == (400, stream.rows) and set(np.unique(masks)) == {0.0, 1.0}
+    counts = masks.sum(1)  # Binomial(1438, 16/1438): mean 16, std ~4
+    assert abs(counts.mean() - 16) < 4 * 4 / math.sqrt(400) and 3 < counts.std() < 5
+    inclusions = np.bincount(np.concatenate([stream.sample(s) for s in range(400)]), minlength=len(split))
+    # each example independently in each step: Binomial(400, q) inclusions (a shuffle would give ~4 each)
+    assert abs(inclusions.mean() - 400 * stream.q) < 4 * math.sqrt(400 * stream.q / len(split))
+    assert 0.9 < inclusions.std() / math.sqrt(400 * stream.q * (1 - stream.q)) < 1.1
+    assert not np.array_equal(stream.sample(0), type(stream)(split, 16, cfg.seed + 1, stream.rows).sample(0))
+
+
+@pytest.mark.parametrize("mode", [["parallel.mode=pmap", "parallel.cpu_devices=2"],
+                                  ["parallel.mode=sharded", "parallel.cpu_devices=2"]], ids=["pmap", "sharded"])
+def test_parallel_modes_equal_one_device(make_cfg, mode):
+    common = ["debug=smoke", *DP, "optimizer=sgd", "optimizer.learning_rate=0.1"]
+    single = train(make_cfg(*common, out="single"))
+    parallel = train(make_cfg(*common, *mode, out="parallel"))
+    for got, want in zip(jax.tree.leaves(parallel["state"].params), jax.tree.leaves(single["state"].params)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert parallel["train"]["count"] == single["train"]["count"]
+    for key in ("epsilon", "noise_multiplier", "q", "steps"):  # rows may differ: they split across devices
+        assert parallel["privacy"][key] == single["privacy"][key]
+
+
+def test_resumed_dp_run_is_bitwise_identical_to_uninterrupted(make_cfg, monkeypatch):
+    common = ["debug=smoke", *DP, "model.dropout=0.2", "trainer.max_steps=8", "trainer.checkpoint_every=3",
+              "trainer.log_every=1"]
+    whole = train(make_cfg(*common, out="whole"))
+
+    def sigterm_at_step_5(self, step, *args):
+        if step == 5:
+            signal.raise_signal(signal.SIGTERM)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RunLogger, "progress", sigterm_at_step_5)
+        with pytest.raises(Preempted):
+            train(make_cfg(*common, out="resumed"))
+    with pytest.raises(UserError, match="privacy.noise_multiplier"):  # another noise: other steps accounted
+        train(make_cfg(*common, "privacy.noise_multiplier=2.0", out="resumed"))
+    resumed = train(make_cfg(*common, out="resumed"))
+    assert resumed["start_step"] == 5
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(whole["state"]), jax.tree.leaves(resumed["state"])))
+    assert whole["privacy"] == resumed["privacy"] and whole["test"] == resumed["test"]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["model=cnn", *DP], "set model.batch_norm=false"),
+    (["privacy=dpsgd"], "needs privacy.target_epsilon"),
+    ([*DP, "privacy.l2_clip=0"], "privacy.l2_clip must be a positive finite number"),
+    ([*DP, "privacy.delta=1.5"], "privacy.delta must be in (0, 1)"),
+    ([*DP, "privacy.accountant=moments"], "privacy.accountant must be one of"),
+], ids=["batch-norm", "no-noise-or-target", "clip", "delta", "accountant"])
+def test_bad_privacy_settings_are_one_sentence(make_cfg, overrides, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        train(make_cfg("debug=smoke", *overrides))
+
+
+def test_a_model_with_batch_norm_is_refused_by_the_step_too(make_cfg):
+    cfg = make_cfg("debug=smoke", "model=cnn", "model.channels=[4]", "model.dense=8")
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    cfg.privacy.merge_with({"mode": "dpsgd", "noise_multiplier": 1.0})
+    plan = plan_privacy(cfg, data.splits["train"], 6, 1)
+    model = build_model(cfg, data)
+    with pytest.raises(UserError, match="BatchNorm"):
+        plan.gradients(model, nnx.split(model)[0], TASKS[data.task])

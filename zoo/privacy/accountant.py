@@ -1,0 +1,54 @@
+"""Privacy accounting with `dp-accounting`: T Poisson-subsampled Gaussian steps, told exactly as they run.
+
+Every DP-SGD step samples each training example independently with probability q and adds Gaussian noise
+of std sigma * l2_clip to the sum of clipped gradients: `PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`,
+self-composed `steps` times, under add-or-remove-one neighbouring datasets.
+"""
+import functools
+
+import dp_accounting
+from dp_accounting.pld import PLDAccountant
+from dp_accounting.rdp import RdpAccountant
+
+from zoo.errors import UserError
+
+# PLD's discretisation rounds pessimistically, so a coarser grid is still an upper bound: 1e-3 instead of the
+# default 1e-4 changed epsilon by < 1e-3 on digits and made each evaluation ~5x faster (0.2 s).
+ACCOUNTANTS = {"pld": functools.partial(PLDAccountant, value_discretization_interval=1e-3), "rdp": RdpAccountant}
+# The noise search starts here: PLD evaluations get slow as sigma -> 0 (52 s instead of 5 s from 0.05), and a
+# target met with less noise than this (epsilon > ~20 on digits) is then met with this much.
+MIN_NOISE_MULTIPLIER = 0.3
+
+
+def dpsgd_event(q: float, noise_multiplier: float, steps: int) -> dp_accounting.DpEvent:
+    step = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(noise_multiplier))
+    return dp_accounting.SelfComposedDpEvent(step, steps)
+
+
+def epsilon(q: float, noise_multiplier: float, steps: int, delta: float, accountant: str = "pld") -> float:
+    if steps == 0:
+        return 0.0
+    return float(ACCOUNTANTS[accountant]().compose(dpsgd_event(q, noise_multiplier, steps)).get_epsilon(delta))
+
+
+def solve_noise_multiplier(q: float, steps: int, target_epsilon: float, delta: float, accountant: str) -> float:
+    """The smallest noise multiplier >= MIN_NOISE_MULTIPLIER (to 1e-3) whose epsilon is at most the target."""
+    if epsilon(q, MIN_NOISE_MULTIPLIER, steps, delta, accountant) <= target_epsilon:
+        return MIN_NOISE_MULTIPLIER
+    return float(dp_accounting.calibrate_dp_mechanism(
+        ACCOUNTANTS[accountant], lambda sigma: dpsgd_event(q, sigma, steps), target_epsilon, delta,
+        bracket_interval=dp_accounting.LowerEndpointAndGuess(MIN_NOISE_MULTIPLIER, 1.0), tol=1e-3))
+
+
+def steps_within(q: float, noise_multiplier: float, steps: int, target_epsilon: float, delta: float,
+                 accountant: str) -> int:
+    """How many of the planned `steps` keep epsilon at most the target (all of them, or fewer)."""
+    if epsilon(q, noise_multiplier, steps, delta, accountant) <= target_epsilon:
+        return steps
+    if epsilon(q, noise_multiplier, 1, delta, accountant) > target_epsilon:
+        raise UserError(f"one step with privacy.noise_multiplier={noise_multiplier} already spends more than "
+                        f"privacy.target_epsilon={target_epsilon}; raise privacy.noise_multiplier or leave it null "
+                        "to solve it from the target.")
+    return int(dp_accounting.calibrate_dp_mechanism(
+        ACCOUNTANTS[accountant], lambda t: dpsgd_event(q, noise_multiplier, t), target_epsilon, delta,
+        bracket_interval=dp_accounting.ExplicitBracketInterval(1, steps), discrete=True))

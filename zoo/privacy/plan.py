@@ -1,0 +1,108 @@
+"""A DP-SGD run's plan, made from the config before any JAX work: sampling rate, noise, the steps the budget
+allows, batch rows, and what results.json reports."""
+import logging
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from flax import nnx
+
+from zoo.errors import UserError
+from zoo.privacy import accountant as acc
+from zoo.privacy.gradients import make_private_gradients
+from zoo.privacy.sampling import PoissonStream, max_batch_size
+
+log = logging.getLogger("zoo")
+
+OVERFLOW_SHARE = 0.01  # of delta, left for a Poisson sample that does not fit the fixed batch rows
+MEANINGLESS_EPSILON = 50.0  # e^50 bounds nothing: beyond it, rows are not grown to pay the overflow term
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    q: float  # Poisson sampling rate: batch_size / train examples
+    noise_multiplier: float
+    l2_clip: float
+    delta: float  # the run's total delta: accountant_delta + the overflow term
+    accountant_delta: float
+    overflow_probability: float  # that any step sampled more than `rows` examples
+    rows: int  # fixed batch rows; sampled examples first, then padding with mask 0
+    total_steps: int
+    planned_steps: int  # from trainer.epochs / max_steps; more than total_steps when the budget stops the run
+    target_epsilon: Optional[float]
+    accountant: str
+    stream: PoissonStream
+
+    def epsilon(self, steps: int) -> float:
+        return acc.epsilon(self.q, self.noise_multiplier, steps, self.accountant_delta, self.accountant)
+
+    def record(self, steps: int) -> dict:
+        """results.json's `privacy`: enough to recompute epsilon with dp-accounting."""
+        return {"epsilon": self.epsilon(steps), "delta": self.delta, "noise_multiplier": self.noise_multiplier,
+                "l2_clip": self.l2_clip, "sampling": f"poisson (q={self.q:.6g}, expected batch "
+                f"{self.stream.batch_size}, truncated at {self.rows})", "accountant": self.accountant,
+                "q": self.q, "steps": steps, "accountant_delta": self.accountant_delta,
+                "overflow_probability": self.overflow_probability, "target_epsilon": self.target_epsilon,
+                "stopped_by_budget": self.total_steps < self.planned_steps}
+
+    def gradients(self, model: nnx.Module, graphdef, task, axis_name=None):
+        """The train step's DP-SGD gradient; refuses layers that mix the examples of a batch."""
+        if any(isinstance(m, nnx.BatchNorm) for _, m in model.iter_modules()):
+            raise UserError("privacy=dpsgd needs per-example gradients, which BatchNorm mixes across the batch; "
+                            "set model.batch_norm=false or use a model without BatchNorm.")
+        return make_private_gradients(graphdef, task, l2_clip=self.l2_clip, noise_multiplier=self.noise_multiplier,
+                                      expected_batch_size=self.stream.batch_size, axis_name=axis_name)
+
+
+def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Optional[PrivacyPlan]:
+    """None for privacy=none. `cfg` is the whole train config (seed, trainer.batch_size, privacy)."""
+    p = cfg.privacy
+    if p.mode == "none":
+        return None
+    n, batch_size = len(train_split), cfg.trainer.batch_size
+    q = batch_size / n
+    delta = p.delta if p.delta is not None else min(1e-5, 1.0 / n)
+    accountant_delta = delta * (1 - OVERFLOW_SHARE)
+    sigma = p.noise_multiplier
+    if sigma is None:
+        sigma = acc.solve_noise_multiplier(q, planned_steps, p.target_epsilon, accountant_delta, p.accountant)
+    total_steps = planned_steps
+    if p.noise_multiplier is not None and p.target_epsilon is not None:
+        total_steps = acc.steps_within(q, sigma, planned_steps, p.target_epsilon, accountant_delta, p.accountant)
+    eps = acc.epsilon(q, sigma, total_steps, accountant_delta, p.accountant)
+    # Truncation adds (1 + e^eps) p to delta (zoo.privacy.sampling); rows keep that within OVERFLOW_SHARE of it.
+    charge = 1 + math.exp(eps) if eps <= MEANINGLESS_EPSILON else 1.0
+    rows, overflow = max_batch_size(n, q, total_steps, OVERFLOW_SHARE * delta / charge, num_devices)
+    if total_steps < planned_steps:
+        log.warning("privacy.target_epsilon=%s is reached after %d of the %d planned steps with "
+                    "privacy.noise_multiplier=%s: training stops at step %d.", p.target_epsilon, total_steps,
+                    planned_steps, sigma, total_steps)
+    log.info("DP-SGD: q=%.4g, noise multiplier %.4g, l2 clip %s, epsilon %.3f at delta %.3g after %d steps; "
+             "batches of %d rows (expected %d examples)", q, sigma, p.l2_clip, eps, delta, total_steps, rows,
+             batch_size)
+    return PrivacyPlan(q, float(sigma), float(p.l2_clip), delta, accountant_delta, overflow, rows, total_steps,
+                       planned_steps, p.target_epsilon, p.accountant,
+                       PoissonStream(train_split, batch_size, cfg.seed, rows))
+
+
+def resume_defining(saved_config: dict, current: dict) -> tuple:
+    """Settings a DP-SGD checkpoint must share with the run resuming it: every step must be the one accounted."""
+    modes = {(saved_config.get("privacy") or {}).get("mode"), current["privacy"]["mode"]}
+    if "dpsgd" not in modes:
+        return ()
+    return "privacy", "trainer.batch_size", "trainer.epochs", "trainer.max_steps", "seed"
+
+
+class EpsilonLogger:
+    """A RunLogger that adds the epsilon spent so far to every train record."""
+
+    def __init__(self, logger, plan: PrivacyPlan):
+        self._logger, self._plan = logger, plan
+
+    def log(self, step: int, split: str, metrics: dict) -> None:
+        if split == "train":
+            metrics = {**metrics, "epsilon": self._plan.epsilon(step)}
+        self._logger.log(step, split, metrics)
+
+    def __getattr__(self, name):
+        return getattr(self._logger, name)

@@ -1,0 +1,52 @@
+"""Poisson sampling into fixed-shape batches: what the accountant assumes, with shapes that never recompile.
+
+Each step includes every training example independently with probability q = batch_size / N. The sampled
+examples fill the first rows of a batch of `max_batch_size` rows; the rest are padding with mask 0, which
+contributes neither gradient nor metrics. A step that samples more than `max_batch_size` examples keeps only
+the first `max_batch_size` of them. That truncation changes the output distribution by at most the
+probability p that any step overflows, so (epsilon, delta_accountant)-DP Poisson sampling becomes
+(epsilon, delta_accountant + (1 + e^epsilon) p)-DP; `max_batch_size` is chosen to keep that term small.
+"""
+import numpy as np
+from scipy import stats
+
+SAMPLING_STREAM = 0x5A3D  # seeds (seed, stream, step): apart from the epoch shuffles seeded (seed, epoch)
+
+
+def max_batch_size(n: int, q: float, steps: int, overflow_probability: float, multiple: int = 1) -> tuple:
+    """(rows, p): the fewest rows, a multiple of `multiple`, that `steps` Poisson samples overflow with probability
+    p <= overflow_probability. Counted for n + 1 examples: the neighbouring dataset may hold one more."""
+    rows = int(stats.binom.isf(overflow_probability / max(steps, 1), n + 1, q))
+    rows = min(-(-rows // multiple) * multiple, -(-(n + 1) // multiple) * multiple)
+    return rows, float(min(1.0, steps * stats.binom.sf(rows, n + 1, q)))
+
+
+class PoissonStream:
+    """The TrainStream interface (batch_size, steps_per_epoch, position, chunk) for Poisson-sampled steps.
+
+    The sample of a step depends on (seed, step) alone, so a resumed run draws the same batches.
+    `batch_size` is the expected number of examples per step; `steps_per_epoch` = N // batch_size steps
+    see each example once in expectation.
+    """
+
+    def __init__(self, split, batch_size: int, seed: int, rows: int):
+        self.split, self.batch_size, self.seed, self.rows = split, batch_size, seed, rows
+        self.q = batch_size / len(split)
+        self.steps_per_epoch = len(split) // batch_size
+
+    def position(self, step: int) -> tuple:
+        return divmod(step, self.steps_per_epoch)
+
+    def sample(self, step: int) -> np.ndarray:
+        """Indices of the examples in step `step`'s batch, at most `rows` of them."""
+        rng = np.random.default_rng([self.seed, SAMPLING_STREAM, step])
+        return np.flatnonzero(rng.random(len(self.split)) < self.q)[:self.rows]
+
+    def chunk(self, step: int, k: int) -> dict:
+        """Batches for steps [step, step + k), stacked: x (k, rows, ...), y (k, rows, ...), mask (k, rows)."""
+        idx = np.zeros((k, self.rows), np.int64)
+        mask = np.zeros((k, self.rows), np.float32)
+        for i in range(k):
+            chosen = self.sample(step + i)
+            idx[i, :len(chosen)], mask[i, :len(chosen)] = chosen, 1.0
+        return {"x": self.split.x[idx], "y": self.split.y[idx], "mask": mask}
