@@ -11,10 +11,9 @@ import os
 import sys
 import tempfile
 
-import numpy as np
-
 from zoo.bench_util import compose_cfg, interleave, median, ratios, row
 
+SECTIONS = ("dp_step", "accuracy")
 QUIET = ["logger.progress=false", "logger.tensorboard=false", "logger.plot=false", "checkpoint.enabled=false"]
 STEP_MODELS = {"mlp": ["model=mlp"], "cnn": ["model=cnn", "model.batch_norm=false"]}
 EPSILONS = (None, 1, 3, 8)  # None: non-private
@@ -73,7 +72,7 @@ def accuracy_rows(quick: bool, data_dir: str, work: str) -> list:
             if eps is not None:
                 overrides += ["privacy=dpsgd", f"privacy.target_epsilon={eps}", "privacy.delta=1e-5"]
             name = f"eps={eps}" if eps is not None else "non_private"
-            results = train(compose_cfg(overrides, data_dir, os.path.join(work, f"{name}_lr{lr}")))
+            results = train(compose_cfg(overrides, data_dir, os.path.join(work, f"{name.replace('=', '')}_lr{lr}")))
             trials.append((results["validation"]["accuracy"], lr, results))
         val, lr, best = max(trials, key=lambda t: t[0])
         privacy = best.get("privacy")
@@ -85,22 +84,28 @@ def accuracy_rows(quick: bool, data_dir: str, work: str) -> list:
     return rows
 
 
+def _print(r: dict) -> None:
+    value = f"{r['value']:.4g}" if isinstance(r["value"], float) else r["value"]
+    print(f"| {r['id']} | {value} | {r['unit']} | {r['target'] or ''} | {r['note']} |", flush=True)
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m zoo.bench_privacy", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny work: every section, in seconds")
     p.add_argument("--out", default="privacy.json")
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets"))
+    p.add_argument("--only", nargs="+", choices=SECTIONS, default=SECTIONS)
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     data_dir, work = os.path.expanduser(args.data_dir), tempfile.mkdtemp(prefix="zoo_privacy_")
     rows = []
-    for kind in STEP_MODELS:
+    for kind in STEP_MODELS if "dp_step" in args.only else ():
         rows += dp_step_rows(kind, 2 if args.quick else 7, 2 if args.quick else 20, data_dir, work)
-    rows += accuracy_rows(args.quick, data_dir, work)
-    for r in rows:
-        value = f"{r['value']:.4g}" if isinstance(r["value"], float) else r["value"]
-        print(f"| {r['id']} | {value} | {r['unit']} | {r['target'] or ''} | {r['note']} |", flush=True)
+        _print(rows[-1])
+    for r in accuracy_rows(args.quick, data_dir, work) if "accuracy" in args.only else ():
+        rows.append(r)
+        _print(r)
     with open(args.out, "w") as f:
-        json.dump({"rows": rows, "quick": args.quick}, f, indent=2, default=np.asarray)
+        json.dump({"rows": rows, "quick": args.quick}, f, indent=2)
     return {"rows": rows}
 
 
