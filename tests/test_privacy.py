@@ -220,3 +220,14 @@ def test_a_model_with_batch_norm_is_refused_by_the_step_too(make_cfg):
     model = build_model(cfg, data)
     with pytest.raises(UserError, match="BatchNorm"):
         plan.gradients(model, nnx.split(model)[0], TASKS[data.task])
+
+
+def test_quick_privacy_benchmark_reports_every_row(data_dir, tmp_path):
+    from zoo.bench_privacy import main
+
+    out = tmp_path / "privacy.json"
+    rows = main(["--quick", "--out", str(out), "--data-dir", data_dir])["rows"]
+    assert [r["id"] for r in rows] == ["dp_step/mlp", "dp_step/cnn", "accuracy/digits_mlp/non_private",
+                                       "accuracy/digits_mlp/eps=3"]
+    assert all(math.isfinite(r["value"]) and r["value"] > 0 for r in rows)
+    assert [r["id"] for r in json.loads(out.read_text())["rows"]] == [r["id"] for r in rows]
