@@ -223,7 +223,7 @@ def test_a_model_with_batch_norm_is_refused_by_the_step_too(make_cfg):
 
 
 def test_quick_privacy_benchmark_reports_every_row(data_dir, tmp_path):
-    from zoo.bench_privacy import main
+    from zoo.bench.privacy import main
 
     out = tmp_path / "privacy.json"
     rows = main(["--quick", "--out", str(out), "--data-dir", data_dir])["rows"]

@@ -1,4 +1,4 @@
-"""Privacy benchmark: `python -m zoo.bench_privacy [--quick] [--out privacy.json]` prints a table, writes JSON.
+"""Privacy benchmark: `python -m zoo.bench.privacy [--quick] [--out privacy.json]` prints a table, writes JSON.
 
 dp_step/{mlp,cnn}: a DP-SGD step against an ordinary step at batch 128 on digits, interleaved rounds; the DP
 step computes its Poisson batch's padded rows, so the row also reports the cost at the same 128 rows.
@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 
-from zoo.bench_util import compose_cfg, interleave, median, ratios, row
+from zoo.bench.util import compose_cfg, interleave, median, ratios, row
 
 SECTIONS = ("dp_step", "accuracy")
 QUIET = ["logger.progress=false", "logger.tensorboard=false", "logger.plot=false", "checkpoint.enabled=false"]
@@ -90,7 +90,7 @@ def _print(r: dict) -> None:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m zoo.bench_privacy", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m zoo.bench.privacy", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny work: every section, in seconds")
     p.add_argument("--out", default="privacy.json")
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets"))
