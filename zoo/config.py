@@ -132,10 +132,11 @@ class EvalPathsConfig:
 
 
 @dataclass
-class EvalConfig:
+class RunReaderConfig:
+    """What the commands that read a finished run (eval.py, export.py) share."""
+
     run_dir: str = MISSING
     checkpoint: str = "latest"  # latest | best | <step>
-    split: str = "test"
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)  # this command's, never the run's
     trainer: EvalTrainerConfig = field(default_factory=EvalTrainerConfig)
@@ -143,14 +144,13 @@ class EvalConfig:
 
 
 @dataclass
-class ExportConfig:
-    run_dir: str = MISSING
-    checkpoint: str = "latest"  # latest | best | <step>
+class EvalConfig(RunReaderConfig):
+    split: str = "test"
+
+
+@dataclass
+class ExportConfig(RunReaderConfig):
     platforms: List[str] = field(default_factory=lambda: ["cpu"])  # jax.export targets
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # this command's, never the run's
-    trainer: EvalTrainerConfig = field(default_factory=EvalTrainerConfig)
-    paths: EvalPathsConfig = field(default_factory=EvalPathsConfig)
 
 
 @dataclass
