@@ -99,7 +99,10 @@ BAD_VALUES = [
                                          r"targets under zoo\., optax\. can be instantiated\."),
     ("model._target_=os.system", r"model names _target_='os\.system', which is not allowed"),
     ("model._target_=zoo.cli.os.system", r"model names _target_='zoo\.cli\.os\.system', which is not allowed; it "
-                                        r"resolves to posix\.system, not a public class or function"),
+                                        r"resolves to posix\.system, not a model of the zoo"),
+    ("model._target_=zoo.export.artifact.write_directory", r"model names _target_='zoo\.export\.artifact\."
+                                                         r"write_directory', which is not allowed; it resolves to "
+                                                         r"zoo\.export\.artifact\.write_directory, not a model"),
     ("optimizer._target_=optax.tree_utils.functools.partial",
      r"optimizer names _target_='optax\.tree_utils\.functools\.partial', which is not allowed; it resolves to "
      r"functools\.partial"),

@@ -1,4 +1,4 @@
-"""Instantiate `_target_` configs only when they resolve to the zoo's own or optax's public objects.
+"""Instantiate `_target_` configs only when they resolve to the zoo's models or optax's public objects.
 
 Configs may come from run dirs written by someone else, and a dotted path is resolved attribute by attribute:
 `zoo.cli.os.system` starts with `zoo.` yet is `os.system`. So the check looks at what the path resolves to.
@@ -41,13 +41,15 @@ def _refusal(target) -> str | None:
         obj = _locate(target)
     except Exception:  # hydra raises ImportError with a multi-line account of each attempt
         return "it cannot be imported"
-    if _defined_in(obj, "zoo") and not obj.__name__.startswith("_"):
+    # Of the zoo's own objects only its models: any other zoo function (one that writes or deletes files, say)
+    # would run with whatever arguments a tampered config gives it.
+    if _defined_in(obj, "zoo.models") and not obj.__name__.startswith("_"):
         return None
     if id(obj) in _optax_public_objects():
         return None
     where = getattr(obj, "__module__", None) or type(obj).__name__
-    return (f"it resolves to {where}.{getattr(obj, '__name__', '?')}, not a public class or function of the zoo "
-            "or of optax")
+    return (f"it resolves to {where}.{getattr(obj, '__name__', '?')}, not a model of the zoo or a public "
+            "class or function of optax")
 
 
 def check_targets(node, where: str = "") -> None:
