@@ -51,10 +51,10 @@ def early_stopping_for(cfg, checkpoint_settings: dict):
                          checkpoint_settings["mode"])
 
 
-def restore_best(ckpts, target: dict, mode):
-    """(step, placed state) of the best checkpoint by checkpoint.metric, the one the run reports."""
+def restore_best(ckpts, target: dict):
+    """(step, host state) of the best checkpoint by checkpoint.metric, the one the run reports."""
     ckpts.wait()  # the newest checkpoint may still be written in the background
     step = ckpts.best_step()
     # shapes only: the arrays `target` was built from were donated to the train step long ago
     tree, _ = ckpts.restore(step, jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), target))
-    return step, mode.put_state(tree["state"])
+    return step, tree["state"]

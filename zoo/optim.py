@@ -22,11 +22,14 @@ def check_run_length(cfg, total_steps: int) -> None:
                         f"micro-batches would never be applied; set trainer.max_steps to {sizes}.")
 
 
-def learning_rate(cfg, total_steps: int):
-    """The rate optax is given: a float, or a schedule of the update count over the run's updates."""
+def learning_rate(cfg, total_steps: int, peak=None):
+    """The rate optax is given: a float, or a schedule of the update count over the run's updates.
+
+    `peak` replaces optimizer.learning_rate (a population member's rate, traced inside the shared program)."""
     updates = total_steps // cfg.trainer.accumulate
+    peak = cfg.optimizer.learning_rate if peak is None else peak
     if cfg.schedule is None:
-        return cfg.optimizer.learning_rate
+        return peak
     warmup = cfg.schedule.get("warmup_steps", 0)
     if warmup >= updates:
         length = f"{updates} steps"
@@ -34,8 +37,15 @@ def learning_rate(cfg, total_steps: int):
             length = f"{updates} updates ({total_steps} steps / trainer.accumulate)"
         raise UserError(f"schedule.warmup_steps={warmup} must be smaller than the run's {length}; "
                         "lower schedule.warmup_steps or train for more steps.")
-    return safe_instantiate(cfg.schedule, "schedule", peak_value=cfg.optimizer.learning_rate,
-                            decay_steps=max(updates, 1))
+    schedule = safe_instantiate(cfg.schedule, "schedule", _partial_=True)  # built here: peak may be traced
+    return _build("schedule", cfg.schedule, schedule, peak_value=peak, decay_steps=max(updates, 1))
+
+
+def _build(where: str, node, make, **kwargs):
+    try:
+        return make(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"could not build {where} from _target_={node.get('_target_')}: {e}") from None
 
 
 def learning_rate_at(cfg, total_steps: int):
@@ -52,8 +62,19 @@ def learning_rate_at(cfg, total_steps: int):
     return at
 
 
-def build_optimizer(cfg, total_steps: int) -> optax.GradientTransformation:
-    tx = safe_instantiate(cfg.optimizer, "optimizer", learning_rate=learning_rate(cfg, total_steps))
+def hyperparameters(cfg) -> dict:
+    """The optimizer's numeric settings: what a population's members may each set differently."""
+    return {k: float(v) for k, v in cfg.optimizer.items()
+            if k != "_target_" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def build_optimizer(cfg, total_steps: int, hyper: dict | None = None) -> optax.GradientTransformation:
+    """`hyper` replaces the optimizer's numeric settings by traced values: then one compiled program updates
+    every member of a population with its own, while each member's optimizer state keeps the solo layout."""
+    hyper = dict(hyper or {})
+    rate = learning_rate(cfg, total_steps, hyper.pop("learning_rate", None))
+    make = safe_instantiate(cfg.optimizer, "optimizer", _partial_=True)
+    tx = _build("optimizer", cfg.optimizer, make, **{**hyper, "learning_rate": rate})
     if cfg.trainer.clip_norm is not None:
         tx = optax.chain(optax.clip_by_global_norm(cfg.trainer.clip_norm), tx)
     if cfg.trainer.ema_decay is not None:  # inside MultiSteps: the average moves once per update

@@ -17,12 +17,16 @@ def _add(a, b):
 def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None, unroll: bool = False,
                gradients=None):
     """`gradients(state, batch) -> (grads reduced across devices, local metric sums, model_state)` replaces the
-    mean-loss gradient when given (DP-SGD: zoo.privacy.gradients)."""
+    mean-loss gradient when given (DP-SGD: zoo.privacy.gradients).
+
+    `tx` is an optax transformation, or a function of hyperparameters returning one: then train_chunk takes the
+    hyperparameters as its fourth argument (a population's members, each with its own, in one program)."""
+    optimizer = (lambda hyper: tx) if isinstance(tx, optax.GradientTransformation) else tx
 
     def reduce(tree):
         return jax.lax.psum(tree, axis_name) if axis_name else tree
 
-    def train_step(state, batch):
+    def train_step(state, batch, hyper):
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         if axis_name:  # independent dropout masks per device slice
             key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
@@ -40,22 +44,22 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
             grads = reduce(grads)
         else:
             grads, sums, model_state = gradients(state, batch)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        updates, opt_state = optimizer(hyper).update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new_state = state.replace(params=params, model_state=model_state, opt_state=opt_state, step=state.step + 1)
         return new_state, reduce(sums)
 
-    def step_or_skip(carry, batch, active):
+    def step_or_skip(carry, batch, active, hyper):
         """A padding row (mask all 0, see TrainStream.chunk) leaves state and sums as they are."""
         def step(carry):
-            state, sums = train_step(carry[0], batch)
+            state, sums = train_step(carry[0], batch, hyper)
             return state, _add(carry[1], sums)
 
         if unroll:  # XLA:CPU runs convolutions inside a conditional ~18x slower: compute, then keep or drop
             return jax.tree.map(lambda new, old: jnp.where(active, new, old), step(carry), carry)
         return jax.lax.cond(active, step, lambda carry: carry, carry)
 
-    def train_chunk(state, acc, batches):
+    def train_chunk(state, acc, batches, hyper=None):
         """K ordinary steps in one compiled call; batches are stacked (K, B, ...).
 
         `unroll` traces the K steps one after another instead of a lax.scan: XLA:CPU runs convolutions
@@ -66,11 +70,11 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
         active = reduce(jnp.any(batches["mask"] > 0, axis=1).astype(jnp.int32)) > 0  # (K,), same on every device
         if unroll:
             for i in range(active.shape[0]):
-                state, acc = step_or_skip((state, acc), jax.tree.map(lambda x: x[i], batches), active[i])
+                state, acc = step_or_skip((state, acc), jax.tree.map(lambda x: x[i], batches), active[i], hyper)
             return state, acc
 
         def body(carry, inputs):
-            return step_or_skip(carry, *inputs), None
+            return step_or_skip(carry, *inputs, hyper), None
 
         return jax.lax.scan(body, (state, acc), (batches, active))[0]
 

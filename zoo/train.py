@@ -5,24 +5,20 @@ import time
 from dataclasses import dataclass
 
 import jax
-import numpy as np
 from flax import nnx
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from zoo.checkpoint import Checkpoints
 from zoo.config import validate
 from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
 from zoo.errors import UserError
-from zoo.loop import Compiled, NonFiniteLoss, evaluate, fit, metric_summary, total_steps_for
-from zoo.early_stopping import early_stopping_for, restore_best
+from zoo.loop import Compiled, evaluate, fit, total_steps_for
 from zoo.ema import evaluating_averaged
-from zoo.optim import build_optimizer, check_run_length, learning_rate_at
+from zoo.optim import build_optimizer, check_run_length
+from zoo.outputs import open_outputs
 from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
 from zoo.parallel.distributed import barrier, is_primary
 from zoo.preemption import Preempted, stop_on_signals
-from zoo.privacy.plan import EpsilonLogger, PrivacyPlan, plan_privacy
-from zoo.resume import checkpoint_settings, find_start
-from zoo.run_logger import RunLogger
+from zoo.privacy.plan import PrivacyPlan, plan_privacy
 from zoo.state import TrainState, create_state
 from zoo.steps import make_steps
 from zoo.summary import achieved_gflop_s, describe
@@ -106,118 +102,47 @@ def build(cfg: DictConfig) -> Run:
     return Run(data, stream, host_state, compiled, eval_sets, total_steps, privacy)
 
 
-def objective_of(cfg: DictConfig, results: dict, task):
-    """What a sweeper optimises: `optimized_metric` ('validation/accuracy'; a list of names gives one value each,
-    for a multi-objective sweep) or the task's default."""
-    names = cfg.optimized_metric or f"test/{task.objective}"
-    if isinstance(names, str):
-        return _result_value(names, results)
-    return [_result_value(str(name), results) for name in names]
-
-
-def _result_value(name: str, results: dict) -> float:
-    split, _, metric = name.partition("/")
-    try:
-        value = float(results[split][metric] if metric else results[split])
-    except (KeyError, TypeError):
-        choices = [f"{s}/{m}" for s in ("test", "validation", "train") for m in results.get(s, {})]
-        raise UserError(f"optimized_metric={name!r} is not in the results; use one of {choices}.") from None
-    if not np.isfinite(value):  # a sweeper given NaN would end the whole sweep; raising fails this trial only
-        raise NonFiniteLoss(f"the objective {name} is {value}; lower optimizer.learning_rate or set trainer.clip_norm.")
-    return value
-
-
-def _saver(cfg: DictConfig, ckpts, stream: TrainStream, early=None):
-    """save(step, host state, host sums, eval metrics): refuses non-finite params, so the latest is good."""
-    config = OmegaConf.to_container(cfg, resolve=True)
-
-    def save(step, state, sums, eval_metrics=None, wait=False):
-        if ckpts is None or step in ckpts.steps():  # a finished run evaluated again
-            return
-        host_state = jax.device_get(state)
-        if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(host_state.params)):
-            raise NonFiniteLoss(f"parameters became non-finite by step {step}; the checkpoint was not written "
-                                "— lower optimizer.learning_rate or set trainer.clip_norm.")
-        epoch, index = stream.position(step)  # informative: the step alone decides the next batch
-        meta = {"step": step, "epoch": epoch, "index": index, "metrics": eval_metrics, "config": config}
-        if early is not None:  # patience survives a preemption
-            meta["early_stopping"] = early.state_dict()
-        ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
-        if wait:
-            ckpts.wait()
-
-    return save
-
-
 def train(cfg: DictConfig) -> dict:
     t0 = time.perf_counter()
     run = build(cfg)
-    compiled, mode, out_dir = run.compiled, run.compiled.mode, cfg.paths.output_dir
-    ckpts, settings = None, checkpoint_settings(cfg, compiled.task)
-    if cfg.checkpoint.enabled:
-        ckpts = Checkpoints(os.path.join(out_dir, "checkpoints"), **settings)
-    if ckpts is None and os.path.exists(os.path.join(out_dir, "results.json")):
-        raise UserError(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
-                        "choose a new hydra.run.dir.")
-    target = {"state": run.host_state, "sums": compiled.zero_sums}
-    start_step, restored, meta = find_start(cfg, ckpts, target)
-    host_state, sums = (run.host_state, None) if restored is None else (restored["state"], restored["sums"])
-    early = early_stopping_for(cfg, settings)
-    if early is not None and meta:
-        early.load_state_dict(meta.get("early_stopping"))
-    logger = RunLogger(out_dir, cfg.logger, run.total_steps, start_step=start_step, enabled=is_primary(),
-                       learning_rate=learning_rate_at(cfg, run.total_steps))
-    if run.privacy:
-        logger = EpsilonLogger(logger, run.privacy)
-    save = _saver(cfg, ckpts, run.stream, early)
-    state = mode.put_state(host_state)
-    model = describe(cfg, run, state, logger)
+    compiled, mode = run.compiled, run.compiled.mode
+    out = open_outputs(cfg, compiled.task, run.stream, run.total_steps, run.host_state, compiled.zero_sums,
+                       run.privacy)
+    state = mode.put_state(out.host_state)
+    model = describe(cfg, run, state, out.logger)
     if cfg.trainer.ema_decay is not None:
         log.info("evals use the exponential moving average of the parameters (trainer.ema_decay=%s)",
                  cfg.trainer.ema_decay)
     if cfg.trainer.profile:
-        jax.profiler.start_trace(os.path.join(out_dir, "profile"))
+        jax.profiler.start_trace(os.path.join(cfg.paths.output_dir, "profile"))
     try:
         with stop_on_signals() as stop:
-            end = start_step if early and early.stopped_step else run.total_steps  # a stopped run stays stopped
             state, train_metrics, examples_per_s, step = fit(
-                state, compiled, run.stream, run.eval_sets, cfg.trainer, end, logger, start_step=start_step,
-                sums=sums, save=save, stop=stop, on_eval=eval_reporter(cfg, compiled.task),
-                stop_early=early.update if early else None)
+                state, compiled, run.stream, run.eval_sets, cfg.trainer, out.end_step, out.logger,
+                start_step=out.start_step, sums=out.sums, save=out.save, stop=stop,
+                on_eval=eval_reporter(cfg, compiled.task), stop_early=out.early.update if out.early else None)
         if stop:
-            if ckpts:
-                ckpts.wait()
-            raise Preempted(step, stop.signum, os.path.abspath(out_dir))
-        results = {"train": train_metrics or logger.last("train")}
-        if early is not None:
-            if early.stopped_step is None:  # the final state competes for the best checkpoint too
-                batches, count = next(iter(run.eval_sets.values()))
-                save(run.total_steps, mode.get(state), compiled.zero_sums, evaluate(state, compiled, batches, count))
-            best_step, state = restore_best(ckpts, target, mode)
-            results["early_stopping"] = {**early.state_dict(), "best_checkpoint_step": best_step}
-        for split, (batches, count) in run.eval_sets.items():
-            results[split] = evaluate(state, compiled, batches, count)
-            logger.log(step, split, results[split])
-        if early is None:
-            save(run.total_steps, mode.get(state), compiled.zero_sums, results[next(iter(run.eval_sets))], wait=True)
+            if out.ckpts:
+                out.ckpts.wait()
+            raise Preempted(step, stop.signum, os.path.abspath(cfg.paths.output_dir))
+        if out.early is not None:
+            periodic = None
+            if out.early.stopped_step is None:
+                periodic = evaluate(state, compiled, *next(iter(run.eval_sets.values())))
+            state = mode.put_state(out.reported_state(mode.get(state), periodic))
+        split_metrics = {split: evaluate(state, compiled, batches, count)
+                         for split, (batches, count) in run.eval_sets.items()}
+        extras = dict(steps=step, start_step=out.start_step, wall_time_s=time.perf_counter() - t0,
+                      examples_per_s=examples_per_s, devices=mode.num_devices, parallel=cfg.parallel.mode)
+        extras["model"] = {**model, "achieved_gflop_s": achieved_gflop_s(model, run.stream.batch_size,
+                                                                         examples_per_s)}
+        if cfg.trainer.ema_decay is not None:
+            extras["eval_params"] = f"exponential moving average, trainer.ema_decay={cfg.trainer.ema_decay}"
+        if run.privacy:
+            extras["privacy"] = run.privacy.record(step)  # the steps run: early stopping may end sooner
+        results = out.finish(step, train_metrics, split_metrics, mode.get(state), **extras)
     finally:
         if cfg.trainer.profile:
             jax.profiler.stop_trace()
-        if ckpts:
-            ckpts.close()
-    results.update(steps=step, start_step=start_step, wall_time_s=time.perf_counter() - t0,
-                   examples_per_s=examples_per_s, devices=mode.num_devices, parallel=cfg.parallel.mode)
-    results["model"] = {**model, "achieved_gflop_s": achieved_gflop_s(model, run.stream.batch_size, examples_per_s)}
-    if cfg.trainer.ema_decay is not None:
-        results["eval_params"] = f"exponential moving average, trainer.ema_decay={cfg.trainer.ema_decay}"
-    if run.privacy:
-        results["privacy"] = run.privacy.record(step)  # the steps run: early stopping may end sooner
-    results["objective"] = objective_of(cfg, results, compiled.task)
-    logger.write_results(results)
-    logger.close("accuracy" if run.data.task == "classification" else "r2")
-    if early is not None:
-        log.info("final metrics are those of the best checkpoint, step %d",
-                 results["early_stopping"]["best_checkpoint_step"])
-    log.info("test: %s", metric_summary(results["test"]))
-    log.info("run directory: %s", os.path.abspath(out_dir))
+        out.close()
     return {**results, "state": mode.get(state)}

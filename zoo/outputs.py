@@ -1,0 +1,147 @@
+"""What one run writes and decides besides its arrays: checkpoints, logs, early stopping and results.json.
+
+train() opens one for its run; a population (zoo.population) opens one per member, so every member's run
+directory holds exactly what its solo run's would.
+"""
+import logging
+import os
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.checkpoint import Checkpoints
+from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
+from zoo.errors import UserError
+from zoo.loop import NonFiniteLoss, metric_summary
+from zoo.optim import learning_rate_at
+from zoo.parallel.distributed import is_primary
+from zoo.privacy.plan import EpsilonLogger
+from zoo.resume import checkpoint_settings, find_start
+from zoo.run_logger import RunLogger
+
+log = logging.getLogger("zoo")
+
+
+@dataclass
+class RunOutputs:
+    cfg: DictConfig
+    task: object
+    total_steps: int
+    ckpts: Checkpoints | None
+    logger: RunLogger
+    save: object  # save(step, host state, host sums, eval metrics=None, wait=False)
+    zero_sums: dict
+    target: dict  # {"state", "sums"} shaped like a checkpoint, for restores
+    start_step: int = 0
+    host_state: object = None  # where the run starts: fresh or restored
+    sums: dict | None = None  # a partial metric interval restored with the state
+    early: EarlyStopping | None = None
+    results: dict = field(default_factory=dict)
+
+    @property
+    def end_step(self) -> int:
+        return self.start_step if self.early and self.early.stopped_step else self.total_steps  # stopped stays so
+
+    def reported_state(self, host_state, periodic_metrics):
+        """Early stopping reports its best checkpoint, the final state competing (saved first with its periodic
+        eval, `periodic_metrics`, needed only when the run was not stopped early); None without early stopping."""
+        if self.early is None:
+            return None
+        if self.early.stopped_step is None:
+            self.save(self.total_steps, host_state, self.zero_sums, periodic_metrics)
+        best_step, host_state = restore_best(self.ckpts, self.target)
+        self.results["early_stopping"] = {**self.early.state_dict(), "best_checkpoint_step": best_step}
+        return host_state
+
+    def finish(self, step: int, train_metrics: dict, split_metrics: dict, final_state, **extras) -> dict:
+        """Log the final evals, take the final checkpoint, write results.json and close the logs."""
+        results = {"train": train_metrics or self.logger.last("train"), **self.results}
+        for split, metrics in split_metrics.items():
+            results[split] = metrics
+            self.logger.log(step, split, metrics)
+        if self.early is None:
+            self.save(self.total_steps, final_state, self.zero_sums, next(iter(split_metrics.values())), wait=True)
+        results.update(extras)
+        results["objective"] = objective_of(self.cfg, results, self.task)
+        self.logger.write_results(results)
+        self.logger.close("accuracy" if self.cfg.dataset.task == "classification" else "r2")
+        if self.early is not None:
+            log.info("final metrics are those of the best checkpoint, step %d",
+                     results["early_stopping"]["best_checkpoint_step"])
+        log.info("test: %s", metric_summary(results["test"]))
+        log.info("run directory: %s", os.path.abspath(self.cfg.paths.output_dir))
+        return results
+
+    def close(self) -> None:
+        if self.ckpts:
+            self.ckpts.close()
+
+
+def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, zero_sums, privacy=None) -> RunOutputs:
+    """Checkpoints (resuming from them when the run dir has some), logger, saver and early stopping of a run."""
+    out_dir = cfg.paths.output_dir
+    ckpts, settings = None, checkpoint_settings(cfg, task)
+    if cfg.checkpoint.enabled:
+        ckpts = Checkpoints(os.path.join(out_dir, "checkpoints"), **settings)
+    if ckpts is None and os.path.exists(os.path.join(out_dir, "results.json")):
+        raise UserError(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
+                        "choose a new hydra.run.dir.")
+    target = {"state": host_state, "sums": zero_sums}
+    start_step, restored, meta = find_start(cfg, ckpts, target)
+    sums = None
+    if restored is not None:
+        host_state, sums = restored["state"], restored["sums"]
+    early = early_stopping_for(cfg, settings)
+    if early is not None and meta:
+        early.load_state_dict(meta.get("early_stopping"))
+    logger = RunLogger(out_dir, cfg.logger, total_steps, start_step=start_step, enabled=is_primary(),
+                       learning_rate=learning_rate_at(cfg, total_steps))
+    if privacy:
+        logger = EpsilonLogger(logger, privacy)
+    return RunOutputs(cfg, task, total_steps, ckpts, logger, _saver(cfg, ckpts, stream, early), zero_sums, target,
+                      start_step, host_state, sums, early)
+
+
+def _saver(cfg: DictConfig, ckpts, stream, early=None):
+    """save(step, host state, host sums, eval metrics): refuses non-finite params, so the latest is good."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+
+    def save(step, state, sums, eval_metrics=None, wait=False):
+        if ckpts is None or step in ckpts.steps():  # a finished run evaluated again
+            return
+        host_state = jax.device_get(state)
+        if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(host_state.params)):
+            raise NonFiniteLoss(f"parameters became non-finite by step {step}; the checkpoint was not written "
+                                "— lower optimizer.learning_rate or set trainer.clip_norm.")
+        epoch, index = stream.position(step)  # informative: the step alone decides the next batch
+        meta = {"step": step, "epoch": epoch, "index": index, "metrics": eval_metrics, "config": config}
+        if early is not None:  # patience survives a preemption
+            meta["early_stopping"] = early.state_dict()
+        ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
+        if wait:
+            ckpts.wait()
+
+    return save
+
+
+def objective_of(cfg: DictConfig, results: dict, task):
+    """What a sweeper optimises: `optimized_metric` ('validation/accuracy'; a list of names gives one value each,
+    for a multi-objective sweep) or the task's default."""
+    names = cfg.optimized_metric or f"test/{task.objective}"
+    if isinstance(names, str):
+        return _result_value(names, results)
+    return [_result_value(str(name), results) for name in names]
+
+
+def _result_value(name: str, results: dict) -> float:
+    split, _, metric = name.partition("/")
+    try:
+        value = float(results[split][metric] if metric else results[split])
+    except (KeyError, TypeError):
+        choices = [f"{s}/{m}" for s in ("test", "validation", "train") for m in results.get(s, {})]
+        raise UserError(f"optimized_metric={name!r} is not in the results; use one of {choices}.") from None
+    if not np.isfinite(value):  # a sweeper given NaN would end the whole sweep; raising fails this trial only
+        raise NonFiniteLoss(f"the objective {name} is {value}; lower optimizer.learning_rate or set trainer.clip_norm.")
+    return value
