@@ -3,12 +3,15 @@ import hydra
 
 from zoo.cli import run_task
 from zoo.config import register_configs
+from zoo.population.launch import trains_populations
+from zoo.population.train import train_population
 from zoo.train import train
 
 register_configs()
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="train")
+@trains_populations(train_population)  # hydra/launcher=population may train this task's jobs together
 def main(cfg):
     return run_task(train, cfg)
 

@@ -79,8 +79,11 @@ class RunOutputs:
             self.ckpts.close()
 
 
-def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, zero_sums, privacy=None) -> RunOutputs:
-    """Checkpoints (resuming from them when the run dir has some), logger, saver and early stopping of a run."""
+def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, zero_sums, privacy=None,
+                 progress: bool = True) -> RunOutputs:
+    """Checkpoints (resuming from them when the run dir has some), logger, saver and early stopping of a run.
+
+    `progress=False` leaves out the progress bar (a population's members share one progress log)."""
     out_dir = cfg.paths.output_dir
     ckpts, settings = None, checkpoint_settings(cfg, task)
     if cfg.checkpoint.enabled:
@@ -96,7 +99,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     early = early_stopping_for(cfg, settings)
     if early is not None and meta:
         early.load_state_dict(meta.get("early_stopping"))
-    logger = RunLogger(out_dir, cfg.logger, total_steps, start_step=start_step, enabled=is_primary(),
+    logger_cfg = cfg.logger if progress else OmegaConf.merge(cfg.logger, {"progress": False})
+    logger = RunLogger(out_dir, logger_cfg, total_steps, start_step=start_step, enabled=is_primary(),
                        learning_rate=learning_rate_at(cfg, total_steps))
     if privacy:
         logger = EpsilonLogger(logger, privacy)

@@ -122,18 +122,23 @@ class TrainStream:
     def position(self, step: int) -> tuple:
         return divmod(step, self.steps_per_epoch)  # (epoch, index in epoch)
 
-    def chunk(self, step: int, k: int, pad_to: int | None = None) -> dict:
-        """Batches for steps [step, step + k), stacked: x (k, B, ...), y (k, B, ...), mask (k, B).
+    def indices(self, step: int, k: int, pad_to: int | None = None) -> tuple:
+        """Example indices (k, B) of the batches of steps [step, step + k) and their mask (k, B).
 
         `pad_to` appends copies of the last batch with mask 0 up to that many rows: the train step skips
         them, so a call of fewer steps keeps the compiled shape."""
-        indices = []
+        rows = []
         for s in range(step, step + k):
             epoch, i = self.position(s)
-            indices.append(self._order_for(epoch)[i * self.batch_size:(i + 1) * self.batch_size])
+            rows.append(self._order_for(epoch)[i * self.batch_size:(i + 1) * self.batch_size])
         padding = max((pad_to or k) - k, 0)
-        idx = np.stack(indices + indices[-1:] * padding)
+        idx = np.stack(rows + rows[-1:] * padding)
         mask = np.repeat(np.arange(k + padding) < k, self.batch_size).reshape(idx.shape).astype(np.float32)
+        return idx, mask
+
+    def chunk(self, step: int, k: int, pad_to: int | None = None) -> dict:
+        """The batches of `indices`, stacked: x (k, B, ...), y (k, B, ...), mask (k, B)."""
+        idx, mask = self.indices(step, k, pad_to)
         return {"x": self.split.x[idx], "y": self.split.y[idx], "mask": mask}
 
 

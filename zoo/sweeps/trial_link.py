@@ -45,11 +45,14 @@ def _trial(storage, study_name, number: int, pruner_cfg):
     return optuna.Trial(study, storage_obj.get_trial_id_from_study_id_trial_number(study._study_id, number))
 
 
-def eval_reporter(cfg, task):
-    """report(step, eval metrics) -> True when the pruner stops this trial; None outside a pruned sweep."""
-    if not HydraConfig.initialized():
-        return None
-    hydra_cfg = HydraConfig.get()
+def eval_reporter(cfg, task, hydra_cfg=None):
+    """report(step, eval metrics) -> True when the pruner stops this trial; None outside a pruned sweep.
+
+    `hydra_cfg` is the job's Hydra config; by default the running job's (a population passes each member's)."""
+    if hydra_cfg is None:
+        if not HydraConfig.initialized():
+            return None
+        hydra_cfg = HydraConfig.get()
     number = OmegaConf.select(hydra_cfg, f"job.env_set.{TRIAL_KEY}")
     pruner_cfg = OmegaConf.select(hydra_cfg, "sweeper.pruner")
     if number is None or pruner_cfg is None:

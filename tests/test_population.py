@@ -1,0 +1,139 @@
+"""Populations: every member equals its solo run; a failing member fails alone; preemption resumes bitwise;
+the population axis spreads over devices; members that would change shapes are refused."""
+import json
+import pathlib
+import signal
+
+import jax
+import numpy as np
+import pytest
+
+from zoo.data import TrainStream
+from zoo.errors import UserError
+from zoo.loop import NonFiniteLoss
+from zoo.population.grouping import group_indices
+from zoo.population.train import train_population
+from zoo.preemption import Preempted
+from zoo.train import train
+
+SMALL = ["debug=smoke", "trainer.max_steps=12", "trainer.log_every=3", "trainer.eval_every=6",
+         "trainer.checkpoint_every=6", "trainer.steps_per_call=4", "dataset.validation_fraction=0.2"]
+GRID = [("0.05", "0"), ("0.05", "1"), ("0.2", "0")]  # learning rate x seed
+
+
+def records(run_dir):
+    """metrics.jsonl without its timing field."""
+    rows = [json.loads(line) for line in open(pathlib.Path(run_dir) / "metrics.jsonl")]
+    return [{k: v for k, v in r.items() if k != "examples_per_s"} for r in rows]
+
+
+def configs(make_cfg, prefix, *overrides, grid=GRID):
+    return [make_cfg(*SMALL, *overrides, f"optimizer.learning_rate={lr}", f"seed={seed}", out=f"{prefix}-{lr}-{seed}")
+            for lr, seed in grid]
+
+
+def assert_same_trajectory(a, b, rel=1e-5):
+    ra, rb = records(a), records(b)
+    assert [(r["step"], r["split"]) for r in ra] == [(r["step"], r["split"]) for r in rb]
+    for x, y in zip(ra, rb):
+        assert x.keys() == y.keys()
+        for key in x:
+            if key in ("step", "split", "count"):
+                assert x[key] == y[key]
+            else:
+                assert x[key] == pytest.approx(y[key], rel=rel, abs=1e-7), (x["step"], x["split"], key)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_every_member_equals_its_solo_run(make_cfg, optimizer):
+    cfgs = configs(make_cfg, "pop", f"optimizer={optimizer}", "model.dropout=0.1")
+    outcomes = train_population(cfgs)
+    for cfg, outcome in zip(cfgs, outcomes):
+        solo_cfg = make_cfg(*SMALL, f"optimizer={optimizer}", "model.dropout=0.1",
+                            f"optimizer.learning_rate={cfg.optimizer.learning_rate}", f"seed={cfg.seed}",
+                            out=f"solo-{cfg.optimizer.learning_rate}-{cfg.seed}")
+        solo = train(solo_cfg)
+        assert outcome["test"]["count"] == solo["test"]["count"] == 359
+        if optimizer == "sgd":
+            assert_same_trajectory(cfg.paths.output_dir, solo_cfg.paths.output_dir)
+        else:  # within one test example
+            assert abs(outcome["test"]["accuracy"] - solo["test"]["accuracy"]) <= 1 / 359 + 1e-12
+        assert outcome["population"] == {"members": 3, "member": cfgs.index(cfg)}
+        steps = sorted(int(p.name) for p in (pathlib.Path(cfg.paths.output_dir) / "checkpoints").iterdir())
+        assert steps == [6, 12]
+    # the members really differ: different seeds and rates give different trajectories
+    assert records(cfgs[0].paths.output_dir) != records(cfgs[1].paths.output_dir)
+    assert records(cfgs[0].paths.output_dir) != records(cfgs[2].paths.output_dir)
+
+
+def test_a_diverging_member_fails_alone(make_cfg):
+    grid = [("0.05", "0"), ("1e6", "0"), ("0.05", "1")]
+    cfgs = configs(make_cfg, "pop", "optimizer=sgd", grid=grid)
+    outcomes = train_population(cfgs)
+    assert isinstance(outcomes[1], NonFiniteLoss) and "non-finite" in str(outcomes[1])
+    for i in (0, 2):
+        solo = make_cfg(*SMALL, "optimizer=sgd", f"optimizer.learning_rate={grid[i][0]}", f"seed={grid[i][1]}",
+                        out=f"solo-{i}")
+        train(solo)
+        assert_same_trajectory(cfgs[i].paths.output_dir, solo.paths.output_dir)
+    assert not (pathlib.Path(cfgs[1].paths.output_dir) / "results.json").exists()
+
+
+def stop_population_at(monkeypatch, step: int) -> None:
+    """SIGTERM arrives while the call that reaches `step` is prepared, as a preemption would."""
+    indices = TrainStream.indices
+
+    def indices_then_signal(self, start, k, **padding):
+        if start < step <= start + k:
+            signal.raise_signal(signal.SIGTERM)
+        return indices(self, start, k, **padding)
+
+    monkeypatch.setattr(TrainStream, "indices", indices_then_signal)
+
+
+@pytest.mark.parametrize("devices", ["parallel.mode=none", "parallel.mode=sharded"])
+def test_preempted_population_resumes_bitwise(make_cfg, monkeypatch, devices):
+    common = ["optimizer=adamw", "model.dropout=0.1", devices, "parallel.cpu_devices=2", "trainer.log_every=4"]
+    whole = train_population(configs(make_cfg, "whole", *common))
+    cfgs = configs(make_cfg, "cut", *common)
+    with monkeypatch.context() as patch:
+        stop_population_at(patch, 5)  # the call from step 4 ends at the eval at 6, inside the log interval 4..8
+        stopped = train_population(cfgs)
+    assert all(isinstance(o, Preempted) and "at step 6" in str(o) for o in stopped), stopped
+    for cfg in cfgs:
+        assert [int(p.name) for p in (pathlib.Path(cfg.paths.output_dir) / "checkpoints").iterdir()] == [6]
+    resumed = train_population(configs(make_cfg, "cut", *common))
+    for a, b, cfg_a, cfg_b in zip(whole, resumed, configs(make_cfg, "whole", *common), cfgs):
+        assert b["start_step"] == 6
+        assert a["test"] == b["test"]
+        assert records(cfg_a.paths.output_dir) == records(cfg_b.paths.output_dir)
+
+
+def test_sharded_population_equals_none(make_cfg):
+    one = train_population(configs(make_cfg, "none", "optimizer=sgd"))
+    spread = train_population(configs(make_cfg, "sharded", "optimizer=sgd", "parallel.mode=sharded",
+                                      "parallel.cpu_devices=2"))  # 3 members on 2 devices: one padding member
+    for a, b in zip(one, spread):
+        assert b["devices"] == 2
+        assert a["test"]["accuracy"] == b["test"]["accuracy"]
+        assert a["test"]["loss"] == pytest.approx(b["test"]["loss"], rel=1e-5)
+
+
+def test_members_that_would_change_shapes_are_refused(make_cfg):
+    cfgs = [make_cfg(*SMALL, "model.hidden=[32]", out="a"), make_cfg(*SMALL, "model.hidden=[64]", out="b")]
+    with pytest.raises(UserError, match="differ in model.hidden"):
+        train_population(cfgs)
+    assert not pathlib.Path(cfgs[0].paths.output_dir).exists()
+
+
+def test_grouping_keeps_structural_changes_apart(make_cfg):
+    cfgs = [make_cfg(*SMALL, *o, out=str(i)) for i, o in enumerate([
+        ["seed=1"], ["optimizer.learning_rate=0.1"], ["model.hidden=[32]"], ["optimizer.weight_decay=0.5"],
+        ["trainer.batch_size=8"], ["seed=2", "model.hidden=[32]"], ["model.dropout=0.3"]])]
+    assert group_indices(cfgs, max_size=64) == [[0, 1, 3], [2, 5], [4], [6]]
+    assert group_indices(cfgs, max_size=2) == [[0, 1], [3], [2, 5], [4], [6]]
+
+
+def test_pmap_is_refused_with_the_setting_to_change(make_cfg):
+    with pytest.raises(UserError, match="parallel=sharded"):
+        train_population(configs(make_cfg, "pmap", "parallel.mode=pmap", "parallel.cpu_devices=2"))

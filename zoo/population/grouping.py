@@ -1,0 +1,53 @@
+"""Which of a sweep's trials can train together: those whose configs are equal but for values a population
+batches — `seed` (initialisation, data order, dropout keys) and the optimizer's numeric settings (learning
+rate, weight decay, momentum, betas...). Anything else (model, widths, dropout rate, batch size, dataset,
+schedule, parallel mode) changes the program, so trials differing there train in separate groups.
+"""
+import json
+
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.errors import UserError
+from zoo.resume import _flatten
+
+MEMBER_VALUE = "<per member>"
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _shared_part(cfg: DictConfig) -> dict:
+    """The resolved config with every value a member may set on its own replaced by a placeholder."""
+    shared = OmegaConf.to_container(cfg, resolve=True)
+    shared["seed"] = MEMBER_VALUE
+    shared.get("paths", {})["output_dir"] = MEMBER_VALUE
+    optimizer = shared.get("optimizer", {})
+    for key, value in optimizer.items():
+        if key != "_target_" and _is_number(value):
+            optimizer[key] = MEMBER_VALUE
+    return shared
+
+
+def group_key(cfg: DictConfig) -> str:
+    return json.dumps(_shared_part(cfg), sort_keys=True, default=str)
+
+
+def group_indices(cfgs: list, max_size: int) -> list:
+    """Job indices grouped by group_key in order of first appearance, each group split into chunks of max_size."""
+    groups = {}
+    for i, cfg in enumerate(cfgs):
+        groups.setdefault(group_key(cfg), []).append(i)
+    return [members[s:s + max_size] for members in groups.values() for s in range(0, len(members), max_size)]
+
+
+def check_one_group(cfgs: list) -> None:
+    """Members of one population may differ only in batched values; anything else would change shapes."""
+    first = _flatten(_shared_part(cfgs[0]))
+    for cfg in cfgs[1:]:
+        other = _flatten(_shared_part(cfg))
+        changed = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+        if changed:
+            raise UserError(f"a population's members may differ only in seed and numeric optimizer settings, but "
+                            f"they differ in {', '.join(changed)}; train those as separate groups (the population "
+                            "launcher groups them itself).")

@@ -1,0 +1,153 @@
+"""The train loop of a population: zoo.loop.fit's cadence, with each member's outcome decided on its own.
+
+A member whose loss turns non-finite fails, one its sweep's pruner stops is pruned, one early stopping ends
+is done: each is frozen (its rows are masked, so the step leaves its state as it is) while the others go on.
+Members resumed from different steps wait, masked, until the population reaches their step.
+"""
+import logging
+import time
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+
+from zoo.loop import NonFiniteLoss, TrialPruned, _check_finite, _next_boundary, metric_summary
+from zoo.population.program import member
+
+log = logging.getLogger("zoo")
+
+
+@dataclass
+class Member:
+    outputs: object  # zoo.outputs.RunOutputs: this member's run directory
+    stream: object  # its TrainStream (its own seed, its own data order)
+    on_eval: object = None  # its sweep trial's pruner hook, or None
+    error: Exception | None = None  # why it stopped for good (failed or pruned)
+    end: int = 0  # the step it runs to: the run's last, or where early stopping ended it
+    train_metrics: dict = field(default_factory=dict)
+    results: dict | None = None  # what its run reports once finished
+    last_finite: float | None = None
+
+    def running_at(self, step: int) -> bool:
+        return self.error is None and self.outputs.start_step <= step < self.end
+
+
+def fit_population(program, states, accs, members: list, hyper, cfg, total_steps: int, task, eval_set, stop):
+    """Train every member to its end; returns (stacked device states, the last step run).
+
+    `accs` holds each member's partial metric sums (restored ones after a resume). `eval_set` is the periodic
+    split's (name, device batches, example count). Members that fail or are pruned get `error` set."""
+    chunk_size = 1 if cfg.nan_check == "step" else (cfg.steps_per_call or 10)
+    log_every = 1 if cfg.nan_check == "step" else cfg.log_every
+    checkpoint_every, eval_every = cfg.checkpoint_every, cfg.eval_every
+    for m in members:
+        m.end = m.outputs.end_step
+    step = min([m.outputs.start_step for m in members if m.error is None] + [total_steps])
+    interval_start, t_log = step, time.perf_counter()
+    while step < total_steps and any(m.error is None and step < m.end for m in members):
+        k = min(chunk_size, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
+        idx, mask = _member_rows(members, step, k, chunk_size, program.size)
+        states, accs = program.train_chunk(states, accs, idx, mask, hyper)
+        step += k
+        saved_states = None
+        if step % log_every == 0 or step == total_steps:
+            accs = _log_train(program, accs, members, step, interval_start, time.perf_counter() - t_log, task)
+            interval_start, t_log = step, time.perf_counter()
+        evals = {}
+        if eval_every and step % eval_every == 0 and step < total_steps:
+            evals = _periodic_eval(program, states, members, step, eval_set, task)
+        checkpoint_due = checkpoint_every and step % checkpoint_every == 0
+        for i, m in enumerate(members):
+            if m.error is not None or step > m.end or m.outputs.start_step >= step:
+                continue  # done before, or not yet started: nothing new to save
+            ended = step == m.end and step < total_steps  # early stopping ended it at this eval
+            pruned = i in evals and m.on_eval is not None and m.on_eval(step, evals[i])
+            if step < total_steps and (checkpoint_due or stop or pruned or ended or
+                                       (m.outputs.early is not None and i in evals)):
+                if saved_states is None:
+                    saved_states = jax.device_get((states, accs))
+                _save(m, step, member(saved_states[0], i), member(saved_states[1], i), evals.get(i))
+            if pruned and m.error is None:
+                m.error = TrialPruned(f"pruned at step {step} by the sweep's pruner ({eval_set[0]}: "
+                                      f"{metric_summary(evals[i])})")
+        if stop:
+            break
+    return states, step
+
+
+def _member_rows(members, step: int, k: int, chunk_size: int, padded: int):
+    """Indices (N, K, B) and masks: a member's rows are masked outside its running steps (padding too)."""
+    idx, mask = [], []
+    for m in members:
+        i, w = m.stream.indices(step, k, pad_to=chunk_size)
+        running = np.array([m.running_at(s) for s in range(step, step + chunk_size)], np.float32)
+        idx.append(i)
+        mask.append(w * running[:, None])
+    for _ in range(padded - len(members)):  # frozen copies that only even out the shards
+        idx.append(idx[0])
+        mask.append(np.zeros_like(mask[0]))
+    return np.stack(idx).astype(np.int32), np.stack(mask)
+
+
+def _log_train(program, accs, members, step, interval_start, seconds, task):
+    """Each member that ran in this interval logs its train metrics; a non-finite one fails and freezes."""
+    host = jax.device_get(accs)
+    for i, m in enumerate(members):
+        ran = sum(m.running_at(s) for s in range(interval_start, step))
+        if m.error is not None or not ran or step > m.end:
+            continue  # a member not started yet keeps its restored partial sums; an ended one logs no more
+        metrics = task.metrics(member(host, i))
+        try:
+            _check_finite(metrics, step, m.last_finite)
+        except NonFiniteLoss as e:
+            m.error = e
+            continue
+        m.last_finite = metrics["loss"]
+        m.train_metrics = metrics
+        m.outputs.logger.log(step, "train", {**metrics, "examples_per_s": ran * m.stream.batch_size / max(seconds, 1e-9)})
+        host = jax.tree.map(lambda a: _zero_row(a, i), host)
+    losses = [m.train_metrics["loss"] for m in members if m.error is None and m.train_metrics]
+    log.info("population step %d: %d of %d members training, best train loss %s", step,
+             sum(m.error is None and step < m.end for m in members), len(members),
+             f"{min(losses):.4f}" if losses else "n/a")
+    return program.put_members(host)
+
+
+def _zero_row(a, i):
+    a = np.array(a)
+    a[i] = 0
+    return a
+
+
+def _periodic_eval(program, states, members, step, eval_set, task) -> dict:
+    """member index -> metrics of the periodic split, for the members running up to this step."""
+    split, batches, count = eval_set
+    metrics = evaluate_members(program, states, batches, count, task, len(members))
+    evals = {}
+    for i, m in enumerate(members):
+        if m.error is None and m.outputs.start_step < step <= m.end:
+            evals[i] = metrics[i]
+            m.outputs.logger.log(step, split, metrics[i])
+            if m.outputs.early is not None and m.outputs.early.update(step, metrics[i]):
+                m.end = step
+    return evals
+
+
+def evaluate_members(program, states, batches, count: int, task, n: int) -> list:
+    """Every member's metrics on one split, in one vmapped pass over its batches (exact, like zoo.loop.evaluate)."""
+    acc = program.zero_accs()
+    for batch in batches:
+        acc = program.eval_step(states, acc, batch)
+    host = jax.device_get(acc)
+    metrics = [task.metrics(member(host, i)) for i in range(n)]
+    for m in metrics:
+        if m["count"] != count:  # padding must never be counted, no example dropped
+            raise AssertionError(f"eval counted {m['count']} examples, split has {count}")
+    return metrics
+
+
+def _save(m, step, host_state, host_acc, eval_metrics):
+    try:
+        m.outputs.save(step, host_state, host_acc, eval_metrics)
+    except NonFiniteLoss as e:  # parameters went non-finite between two train logs
+        m.error = e

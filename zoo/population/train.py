@@ -1,0 +1,167 @@
+"""train_population(cfgs): a group of a sweep's trials trained together as one vmapped program.
+
+Each member keeps everything its solo run has — its own seed (initialisation, data order, dropout keys), its
+own optimizer settings, its own run directory with the same checkpoints, logs and results.json — so
+eval.py, resume and the sweep summary treat it as the solo run it equals.
+"""
+import logging
+import os
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+
+from zoo.config import validate
+from zoo.data import TrainStream, eval_batches
+from zoo.ema import evaluating_averaged
+from zoo.errors import UserError
+from zoo.loop import total_steps_for
+from zoo.optim import build_optimizer, check_run_length, hyperparameters
+from zoo.outputs import open_outputs
+from zoo.parallel import select_devices
+from zoo.population.grouping import check_one_group
+from zoo.population.loop import Member, evaluate_members, fit_population
+from zoo.population.program import PopulationProgram, member, stack
+from zoo.preemption import Preempted, stop_on_signals
+from zoo.state import create_state
+from zoo.steps import make_steps
+from zoo.summary import parameter_counts
+from zoo.sweeps.trial_link import eval_reporter
+from zoo.tasks import TASKS
+from zoo.train import build_model, load_dataset_once, setup_compilation_cache
+
+log = logging.getLogger("zoo")
+
+
+def check_population_settings(cfg) -> None:
+    """What a population cannot train: one sentence naming the setting, before any JAX work."""
+    if cfg.parallel.mode == "pmap":
+        raise UserError("hydra/launcher=population spreads its members over devices with parallel=sharded; "
+                        "parallel=pmap cannot, so use parallel=sharded or parallel=none.")
+    if cfg.distributed.mode != "none":
+        raise UserError("hydra/launcher=population trains in one process; set distributed=none (or use "
+                        "hydra/launcher=basic for multi-process runs).")
+    if cfg.privacy.mode != "none":
+        raise UserError("hydra/launcher=population does not train privacy=dpsgd members (their Poisson-sampled "
+                        "batches differ in size); use hydra/launcher=basic.")
+
+
+def train_population(cfgs: list, hydra_cfgs: list | None = None) -> list:
+    """One outcome per config: its results (as train() returns them, without the state) or the exception that
+    ended that member alone. `hydra_cfgs` are the members' Hydra configs (for their sweep trial's pruner)."""
+    t0 = time.perf_counter()
+    for cfg in cfgs:
+        validate(cfg)
+    check_one_group(cfgs)
+    cfg = cfgs[0]
+    check_population_settings(cfg)
+    devices = select_devices(cfg.parallel, cfg.distributed)
+    devices = devices if cfg.parallel.mode == "sharded" else devices[:1]
+    setup_compilation_cache(cfg.paths.compilation_cache_dir)
+    data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
+    task, train_split = TASKS[data.task], data.splits["train"]
+    streams = [TrainStream(train_split, cfg.trainer.batch_size, c.seed) for c in cfgs]
+    total_steps = total_steps_for(cfg.trainer, streams[0].steps_per_epoch)
+    check_run_length(cfg, total_steps)
+    models = [build_model(c, data) for c in cfgs]
+    initial = [create_state(model, build_optimizer(c, total_steps), c.seed) for model, c in zip(models, cfgs)]
+    graphdef = initial[0][0]
+    unroll = jax.default_backend() == "cpu" and any(isinstance(m, nnx.Conv) for _, m in models[0].iter_modules())
+    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, lambda h: build_optimizer(cfg, total_steps, h),
+                                                   unroll=unroll)
+    if cfg.trainer.ema_decay is not None:
+        eval_step = evaluating_averaged(eval_step)
+    periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
+    host_batches = {s: eval_batches(data.splits[s], cfg.trainer.eval_batch_size) for s in periodic_first}
+    zero = zero_sums(initial[0][1], host_batches["test"][0])
+    hydra_cfgs = hydra_cfgs or [None] * len(cfgs)
+    members, outcomes = [], [None] * len(cfgs)
+    for i, (c, (_, host_state)) in enumerate(zip(cfgs, initial)):
+        try:
+            out = open_outputs(c, task, streams[i], total_steps, host_state, zero, progress=False)
+            members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]))))
+        except UserError as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
+            outcomes[i] = e
+    if not members:
+        return outcomes
+    program = PopulationProgram(devices, train_chunk, eval_step, train_split, zero, len(members))
+    eval_sets = {s: ([program.put_replicated(b) for b in batches], len(data.splits[s]))
+                 for s, batches in host_batches.items()}
+    run = [m for _, m in members]
+    try:
+        _train(program, run, [cfgs[i] for i, _ in members], task, total_steps, eval_sets, t0)
+    finally:
+        for m in run:
+            m.outputs.close()
+    for i, m in members:
+        outcomes[i] = m.error if m.error is not None else m.results
+    return outcomes
+
+
+def _padded(trees: list, size: int) -> list:
+    return trees + [trees[0]] * (size - len(trees))  # frozen copies: their rows are always masked
+
+
+def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: dict, t0: float) -> None:
+    cfg = cfgs[0]
+    states = program.put_members(stack(_padded([m.outputs.host_state for m in run], program.size)))
+    accs = program.put_members(stack(_padded([m.outputs.sums or program.zero_sums for m in run], program.size)))
+    hypers = [hyperparameters(c) for c in cfgs]
+    hyper = program.put_members({k: np.array(_padded([h[k] for h in hypers], program.size), np.float32)
+                                 for k in hypers[0]})
+    periodic = next(iter(eval_sets))
+    log.info("population of %d members on %d device(s), %d steps", len(run), program.num_devices, total_steps)
+    t_fit = time.perf_counter()
+    with stop_on_signals() as stop:
+        states, step = fit_population(program, states, accs, run, hyper, cfg.trainer, total_steps, task,
+                                      (periodic, *eval_sets[periodic]), stop)
+    fit_seconds = time.perf_counter() - t_fit
+    if stop:
+        for m in run:
+            if m.outputs.ckpts:
+                m.outputs.ckpts.wait()
+            if m.error is None:
+                m.error = Preempted(step, stop.signum, os.path.abspath(m.outputs.cfg.paths.output_dir))
+        return
+    host = jax.device_get(states)
+    finals = _reported_states(program, run, host, eval_sets[periodic], task)
+    placed = program.put_members(stack(_padded(finals, program.size)))
+    split_metrics = {s: evaluate_members(program, placed, b, count, task, len(run)) for s, (b, count) in
+                     eval_sets.items()}
+    for i, (m, c) in enumerate(zip(run, cfgs)):
+        if m.error is not None:
+            continue
+        steps_run = sum(m.running_at(s) for s in range(m.outputs.start_step, total_steps))
+        examples_per_s = steps_run * m.stream.batch_size / max(fit_seconds, 1e-9)
+        params, param_bytes = _size(finals[i])
+        extras = dict(steps=m.end, start_step=m.outputs.start_step, wall_time_s=time.perf_counter() - t0,
+                      examples_per_s=examples_per_s, devices=program.num_devices, parallel=c.parallel.mode,
+                      model={"params": params, "param_bytes": param_bytes},
+                      population={"members": len(run), "member": i})
+        if c.trainer.ema_decay is not None:
+            extras["eval_params"] = f"exponential moving average, trainer.ema_decay={c.trainer.ema_decay}"
+        try:
+            m.results = m.outputs.finish(m.end, m.train_metrics, {s: v[i] for s, v in split_metrics.items()},
+                                         member(host, i), **extras)
+        except UserError as e:  # a non-finite objective fails this member only
+            m.error = e
+
+
+def _reported_states(program, run, host, periodic_set, task) -> list:
+    """Each member's state to report: its final one, or with early stopping its best checkpoint's."""
+    states = [member(host, i) for i in range(len(run))]
+    if not any(m.outputs.early is not None and m.error is None for m in run):
+        return states
+    batches, count = periodic_set
+    periodic = evaluate_members(program, program.put_members(host), batches, count, task, len(run))
+    for i, m in enumerate(run):
+        if m.error is None:
+            best = m.outputs.reported_state(states[i], periodic[i])
+            states[i] = states[i] if best is None else best
+    return states
+
+
+def _size(state) -> tuple:
+    layers = parameter_counts(state.params).values()
+    return sum(n for n, _ in layers), sum(b for _, b in layers)
