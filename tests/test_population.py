@@ -137,3 +137,19 @@ def test_grouping_keeps_structural_changes_apart(make_cfg):
 def test_pmap_is_refused_with_the_setting_to_change(make_cfg):
     with pytest.raises(UserError, match="parallel=sharded"):
         train_population(configs(make_cfg, "pmap", "parallel.mode=pmap", "parallel.cpu_devices=2"))
+
+
+def test_early_stopping_ends_each_member_alone_as_in_its_solo_run(make_cfg):
+    stopping = ["optimizer=sgd", "trainer.max_steps=24", "trainer.eval_every=3",
+                "trainer.early_stopping.patience=1", "trainer.early_stopping.min_delta=0.02"]
+    grid = [("0.05", "0"), ("1e-9", "0"), ("0.2", "1")]  # 1e-9 cannot improve by min_delta: stops at its 2nd eval
+    cfgs = configs(make_cfg, "pop", *stopping, grid=grid)
+    outcomes = train_population(cfgs)
+    stopped = [o["early_stopping"]["stopped_step"] for o in outcomes]
+    assert stopped[1] == 6 and len(set(stopped)) > 1, stopped  # members stop at different steps
+    for (lr, seed), cfg, outcome in zip(grid, cfgs, outcomes):
+        solo_cfg = make_cfg(*SMALL, *stopping, f"optimizer.learning_rate={lr}", f"seed={seed}", out=f"solo-{lr}")
+        solo = train(solo_cfg)
+        assert outcome["early_stopping"] == solo["early_stopping"]
+        assert outcome["test"] == pytest.approx(solo["test"], rel=1e-5)
+        assert_same_trajectory(cfg.paths.output_dir, solo_cfg.paths.output_dir)

@@ -61,10 +61,14 @@ def _exit_if_unwritable(path: str, setting: str) -> None:
         sys.exit(e.exit_code)
 
 
-def run_task(fn, cfg):
-    """Call fn(cfg); return its objective for sweepers. In a sweep an error fails only this trial."""
+def quiet_libraries() -> None:
     for noisy in ("absl", "jax"):  # library chatter (TPU probing, orbax internals) stays out of run logs
         logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def run_task(fn, cfg):
+    """Call fn(cfg); return its objective for sweepers. In a sweep an error fails only this trial."""
+    quiet_libraries()
     try:
         output_dir = OmegaConf.select(cfg, "paths.output_dir")  # train only; eval checks its run_dir itself
         if output_dir:

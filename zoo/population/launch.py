@@ -96,6 +96,9 @@ def _check_settings(cfgs: list) -> None:
 
 
 def _train_group(trainer, jobs: list, task_cfgs: list) -> list:
+    from zoo.cli import quiet_libraries
+
+    quiet_libraries()
     for job, cfg in zip(jobs, task_cfgs):  # as run_job writes them, so a preempted group's jobs are listed too
         hydra_dir = Path(cfg.paths.output_dir) / str(job.hydra.output_subdir)
         _save_config(cfg, "config.yaml", hydra_dir)

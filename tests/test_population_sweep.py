@@ -1,0 +1,101 @@
+"""`python train.py -m ... hydra/launcher=population` end to end: groups, job directories like the basic
+launcher's, eval.py on a member, a diverging member failing alone, Optuna batches as one program."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, subprocess_env
+from test_sweeps import multirun, study_trials, summary_rows
+
+
+@pytest.fixture(scope="module")
+def grouped_sweep(data_dir, tmp_path_factory):
+    sweep = tmp_path_factory.mktemp("population") / "sweep"
+    proc = multirun(data_dir, sweep, "hydra/launcher=population", "model.hidden=[32],[64]",
+                    "optimizer.learning_rate=1e-3,3e-3", "seed=0,1", "hydra.launcher.max_size=3")
+    return sweep, proc
+
+
+def test_jobs_are_grouped_by_structure_and_split_at_max_size(grouped_sweep):
+    sweep, proc = grouped_sweep
+    # hidden=[32] jobs are #0-#3, hidden=[64] #4-#7; max_size=3 splits each group of 4 into 3 + 1
+    assert "training jobs #0, #1, #2 as one population" in proc.stderr + proc.stdout
+    assert "training jobs #4, #5, #6 as one population" in proc.stderr + proc.stdout
+    members = {}
+    for job in range(8):
+        results = json.loads((sweep / str(job) / "results.json").read_text())
+        members[job] = results.get("population", {}).get("members")
+        overrides = (sweep / str(job) / ".hydra" / "overrides.yaml").read_text()
+        assert f"model.hidden={[32] if job < 4 else [64]}".replace(" ", "") in overrides.replace(" ", "")
+    assert members == {0: 3, 1: 3, 2: 3, 3: None, 4: 3, 5: 3, 6: 3, 7: None}  # the ones left over run solo
+    rows = summary_rows(sweep)
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"completed"}
+
+
+def test_eval_of_a_member_reproduces_its_final_metrics(grouped_sweep, data_dir):
+    sweep, _ = grouped_sweep
+    run_dir = sweep / "1"
+    done = subprocess.run([sys.executable, "eval.py", f"run_dir={run_dir}", f"hydra.run.dir={run_dir}-eval"],
+                          cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    final = json.loads((run_dir / "results.json").read_text())
+    evaluated = json.loads((run_dir / "eval" / f"test-{final['steps']}.json").read_text())
+    assert evaluated["count"] == final["test"]["count"]
+    assert evaluated["accuracy"] == final["test"]["accuracy"]
+    assert evaluated["loss"] == pytest.approx(final["test"]["loss"], rel=1e-6)
+
+
+def test_a_diverging_member_fails_alone_with_its_reason(data_dir, tmp_path):
+    sweep = tmp_path / "diverge"
+    proc = multirun(data_dir, sweep, "hydra/launcher=population", "dataset=diabetes", "model=linear",
+                    "optimizer.learning_rate=1e-2,1e30,3e-2", check=False)
+    assert "training jobs #0, #1, #2 as one population" in proc.stderr + proc.stdout
+    assert proc.returncode != 0  # Hydra's basic sweeper raises after all jobs ran, as with the basic launcher
+    rows = {r["job"]: r for r in summary_rows(sweep)}
+    assert rows["0"]["status"] == rows["2"]["status"] == "completed"
+    assert rows["1"]["status"] == "failed" and "non-finite" in rows["1"]["reason"]
+    failure = json.loads((sweep / "1" / "failure.json").read_text())
+    assert failure["error"] == "NonFiniteLoss" and failure["user_error"]
+    assert not (sweep / "1" / "results.json").exists()
+
+
+def test_pmap_is_refused_before_any_training(data_dir, tmp_path):
+    proc = multirun(data_dir, tmp_path / "pmap", "hydra/launcher=population", "seed=0,1", "parallel=pmap",
+                    "parallel.cpu_devices=2", check=False)
+    assert proc.returncode == 2 and "use parallel=sharded or parallel=none" in proc.stderr
+    assert not list((tmp_path / "pmap").glob("*/results.json"))
+
+
+def test_optuna_batches_train_as_one_program_each(data_dir, tmp_path):
+    sweep = tmp_path / "optuna"
+    proc = multirun(data_dir, sweep, "hydra/launcher=population", "hydra/sweeper=zoo_optuna",
+                    "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "hydra.sweeper.study_name=pop",
+                    f"hydra.sweeper.storage=sqlite:///{sweep}/optuna.db",
+                    "hydra.sweeper.params={optimizer.learning_rate:'tag(log, interval(1e-4, 1e-2))'}")
+    out = proc.stderr + proc.stdout
+    assert "training jobs #0, #1 as one population" in out and "training jobs #2, #3 as one population" in out
+    trials = study_trials(sweep, "pop")
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    for t in trials:
+        results = json.loads((pathlib.Path(t.user_attrs["run_dir"]) / "results.json").read_text())
+        assert results["objective"] == t.value and results["population"]["members"] == 2
+
+
+def test_a_pruned_member_is_frozen_while_the_other_finishes(data_dir, tmp_path):
+    from test_sweeps import PRUNED_SWEEP
+
+    sweep = tmp_path / "prune"
+    proc = multirun(data_dir, sweep, *PRUNED_SWEEP, f"hydra.sweeper.storage=sqlite:///{sweep}/optuna.db",
+                    "hydra/launcher=population", "hydra.sweeper.n_jobs=2")
+    assert "training jobs #0, #1 as one population" in proc.stderr + proc.stdout
+    trials = {t.params["optimizer.learning_rate"]: t for t in study_trials(sweep, "prune")}
+    assert trials[1e-2].state.name == "COMPLETE" and trials[1e-9].state.name == "PRUNED"
+    pruned = pathlib.Path(trials[1e-9].user_attrs["run_dir"])
+    assert json.loads((pruned / "failure.json").read_text())["status"] == "pruned"
+    assert sorted(p.name for p in (pruned / "checkpoints").iterdir() if p.name.isdigit()) == ["10"]
+    assert max(json.loads(line)["step"] for line in (pruned / "metrics.jsonl").read_text().splitlines()) == 10
+    finished = json.loads((pathlib.Path(trials[1e-2].user_attrs["run_dir"]) / "results.json").read_text())
+    assert finished["steps"] == 20 and finished["population"]["members"] == 2
