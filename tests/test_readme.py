@@ -61,21 +61,23 @@ def trained_run(data_dir, tmp_path_factory):
 
 
 def with_tiny_settings(words: list, tmp_path, run_dir) -> list:
-    """The command with placeholders filled and tiny settings placed right after the script (before any flag)."""
+    """The command with placeholders filled and tiny settings placed right after the script and its flags."""
     script, *rest = [f"run_dir={run_dir}" if w.startswith("run_dir=") else w for w in words]
     if script == "-m":  # python -m zoo.<module>: its own quick mode
         quick = ["--quick", "--out", str(tmp_path / "bench.json")] if rest[0].startswith("zoo.bench") else []
         return [script, *rest, *quick]
     extra = [f"hydra.run.dir={tmp_path / 'run'}"]
+    flags = [w for w in rest if w in ("-m", "--multirun")]  # argparse wants the overrides in one run after them
+    rest = [w for w in rest if w not in flags]
     if script == "train.py":
         extra = ["debug=smoke"]
-        if "-m" in rest or "--multirun" in rest:
+        if flags:
             extra.append(f"hydra.sweep.dir={tmp_path / 'sweep'}")
             if any(w.startswith("hparams_search=") for w in rest):
                 extra.append("hydra.sweeper.n_trials=2")
         else:
             extra.append(f"hydra.run.dir={tmp_path / 'run'}")
-    return [script, *extra, *rest]
+    return [script, *flags, *extra, *rest]
 
 
 @pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:80] for c in COMMANDS])
