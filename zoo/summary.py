@@ -39,17 +39,27 @@ def xla_flops(fn, *args):
 def summarize(run, state, flops: bool = True) -> dict:
     """results.json's `model`: params, param_bytes, train_step_flops, eval_flops_per_example (global batch)."""
     compiled, mode = run.compiled, run.compiled.mode
-    layers = parameter_counts(run.host_state.params)
-    counts = {"params": sum(n for n, _ in layers.values()), "param_bytes": sum(b for _, b in layers.values()),
-              "layers": {name: n for name, (n, _) in layers.items()}}
+    counts = count_parameters(run.host_state.params)
     if not flops:
         return counts
     acc = mode.put_replicated(compiled.zero_sums)
-    train_flops = xla_flops(compiled.train_chunk, state, acc, mode.put_chunk(run.stream.chunk(0, 1)))
-    eval_batch = next(iter(run.eval_sets.values()))[0][0]
-    eval_flops = xla_flops(compiled.eval_step, state, acc, eval_batch)
-    devices, eval_rows = mode.num_devices, int(np.size(eval_batch["mask"]))
-    return {**counts, "train_step_flops": None if train_flops is None else train_flops * devices,
+    return {**counts, **step_flops(compiled.train_chunk, compiled.eval_step, state, acc,
+                                   mode.put_chunk(run.stream.chunk(0, 1)), next(iter(run.eval_sets.values()))[0][0],
+                                   mode.num_devices)}
+
+
+def count_parameters(params) -> dict:
+    layers = parameter_counts(params)
+    return {"params": sum(n for n, _ in layers.values()), "param_bytes": sum(b for _, b in layers.values()),
+            "layers": {name: n for name, (n, _) in layers.items()}}
+
+
+def step_flops(train_chunk, eval_step, state, acc, one_step_chunk, eval_batch, devices: int) -> dict:
+    """FLOPs of one train step (a chunk of one) and of one eval example, summed over `devices`."""
+    train_flops = xla_flops(train_chunk, state, acc, one_step_chunk)
+    eval_flops = xla_flops(eval_step, state, acc, eval_batch)
+    eval_rows = int(np.size(eval_batch["mask"]))
+    return {"train_step_flops": None if train_flops is None else train_flops * devices,
             "eval_flops_per_example": None if eval_flops is None else eval_flops * devices / eval_rows}
 
 
@@ -80,9 +90,14 @@ def achieved_gflop_s(model: dict | None, batch_size: int, examples_per_s: float)
 
 def describe(cfg, run, state, logger) -> dict:
     """Parameter counts always; with logger.summary also the layer table and FLOPs, logged before step one."""
-    model = summarize(run, state, flops=cfg.logger.summary)
+    return report(cfg, summarize(run, state, flops=cfg.logger.summary), run.stream.batch_size, [logger])
+
+
+def report(cfg, model: dict, batch_size: int, loggers: list) -> dict:
+    """Log the summary (logger.summary) and hand each logger the FLOPs its train logs turn into GFLOP/s."""
     if cfg.logger.summary and is_primary():
-        log.info("model summary\n%s", format_summary(model, run.stream.batch_size))
+        log.info("model summary\n%s", format_summary(model, batch_size))
     if model.get("train_step_flops"):
-        logger.train_flops_per_example = model["train_step_flops"] / run.stream.batch_size
+        for logger in loggers:
+            logger.train_flops_per_example = model["train_step_flops"] / batch_size
     return {k: v for k, v in model.items() if k != "layers"}

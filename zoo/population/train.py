@@ -4,6 +4,7 @@ Each member keeps everything its solo run has — its own seed (initialisation, 
 own optimizer settings, its own run directory with the same checkpoints, logs and results.json — so
 eval.py, resume and the sweep summary treat it as the solo run it equals.
 """
+import functools
 import logging
 import os
 import time
@@ -26,7 +27,7 @@ from zoo.population.program import PopulationProgram, member, stack
 from zoo.preemption import Preempted, stop_on_signals
 from zoo.state import create_state
 from zoo.steps import make_steps
-from zoo.summary import parameter_counts
+from zoo.summary import achieved_gflop_s, count_parameters, report, step_flops
 from zoo.sweeps.trial_link import eval_reporter
 from zoo.tasks import TASKS
 from zoo.train import build_model, load_dataset_once, setup_compilation_cache
@@ -89,8 +90,14 @@ def train_population(cfgs: list, hydra_cfgs: list | None = None) -> list:
     eval_sets = {s: ([program.put_replicated(b) for b in batches], len(data.splits[s]))
                  for s, batches in host_batches.items()}
     run = [m for _, m in members]
+    model = count_parameters(initial[0][1].params)
+    if cfg.logger.summary:  # FLOPs of one member's solo step: what each member's results.json reports
+        solo_step = jax.jit(functools.partial(train_chunk, hyper=hyperparameters(cfg)))
+        model.update(step_flops(solo_step, jax.jit(eval_step), initial[0][1], zero, streams[0].chunk(0, 1),
+                                next(iter(host_batches.values()))[0], 1))
+    model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
     try:
-        _train(program, run, [cfgs[i] for i, _ in members], task, total_steps, eval_sets, t0)
+        _train(program, run, [cfgs[i] for i, _ in members], task, total_steps, eval_sets, model, t0)
     finally:
         for m in run:
             m.outputs.close()
@@ -103,7 +110,7 @@ def _padded(trees: list, size: int) -> list:
     return trees + [trees[0]] * (size - len(trees))  # frozen copies: their rows are always masked
 
 
-def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: dict, t0: float) -> None:
+def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: dict, model: dict, t0: float) -> None:
     cfg = cfgs[0]
     states = program.put_members(stack(_padded([m.outputs.host_state for m in run], program.size)))
     accs = program.put_members(stack(_padded([m.outputs.sums or program.zero_sums for m in run], program.size)))
@@ -134,11 +141,10 @@ def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: di
             continue
         steps_run = sum(m.running_at(s) for s in range(m.outputs.start_step, total_steps))
         examples_per_s = steps_run * m.stream.batch_size / max(fit_seconds, 1e-9)
-        params, param_bytes = _size(finals[i])
+        achieved = achieved_gflop_s(model, m.stream.batch_size, examples_per_s)
         extras = dict(steps=m.end, start_step=m.outputs.start_step, wall_time_s=time.perf_counter() - t0,
                       examples_per_s=examples_per_s, devices=program.num_devices, parallel=c.parallel.mode,
-                      model={"params": params, "param_bytes": param_bytes},
-                      population={"members": len(run), "member": i})
+                      model={**model, "achieved_gflop_s": achieved}, population={"members": len(run), "member": i})
         if c.trainer.ema_decay is not None:
             extras["eval_params"] = f"exponential moving average, trainer.ema_decay={c.trainer.ema_decay}"
         try:
@@ -160,8 +166,3 @@ def _reported_states(program, run, host, periodic_set, task) -> list:
             best = m.outputs.reported_state(states[i], periodic[i])
             states[i] = states[i] if best is None else best
     return states
-
-
-def _size(state) -> tuple:
-    layers = parameter_counts(state.params).values()
-    return sum(n for n, _ in layers), sum(b for _, b in layers)
