@@ -62,10 +62,17 @@ def learning_rate_at(cfg, total_steps: int):
     return at
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def hyperparameters(cfg) -> dict:
-    """The optimizer's numeric settings: what a population's members may each set differently."""
-    return {k: float(v) for k, v in cfg.optimizer.items()
-            if k != "_target_" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    """What a population's members may each set differently: the optimizer's numeric settings and the
+    model's dropout rate ({"optimizer": {name: value}, "dropout": rate})."""
+    hyper = {"optimizer": {k: float(v) for k, v in cfg.optimizer.items() if k != "_target_" and _is_number(v)}}
+    if _is_number(cfg.model.get("dropout")):
+        hyper["dropout"] = float(cfg.model.dropout)
+    return hyper
 
 
 def build_optimizer(cfg, total_steps: int, hyper: dict | None = None) -> optax.GradientTransformation:

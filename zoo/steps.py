@@ -9,6 +9,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from zoo.models.layers import set_dropout_rate
+
 
 def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
@@ -20,7 +22,8 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
     mean-loss gradient when given (DP-SGD: zoo.privacy.gradients).
 
     `tx` is an optax transformation, or a function of hyperparameters returning one: then train_chunk takes the
-    hyperparameters as its fourth argument (a population's members, each with its own, in one program)."""
+    hyperparameters as its fourth argument (a population's members, each with its own, in one program), and a
+    `dropout` entry among them sets the rate of the model's Dropout layers."""
     optimizer = (lambda hyper: tx) if isinstance(tx, optax.GradientTransformation) else tx
 
     def reduce(tree):
@@ -33,6 +36,8 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
 
         def loss_fn(params):
             model = nnx.merge(graphdef, params, state.model_state, copy=True)
+            if hyper is not None and "dropout" in hyper:
+                set_dropout_rate(model, hyper["dropout"])
             outputs = model(batch["x"], train=True, rngs=nnx.Rngs(dropout=key))
             sums = task.sums(outputs, batch["y"], batch["mask"])
             # local sum / global count: the psum of these gradients is the global mean gradient

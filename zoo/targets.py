@@ -33,6 +33,12 @@ def _defined_in(obj, package: str) -> bool:
                                                                   module.startswith(package + "."))
 
 
+def _is_zoo_model(obj) -> bool:
+    import zoo.models
+
+    return any(obj is getattr(zoo.models, name) for name in zoo.models.__all__)
+
+
 def _refusal(target) -> str | None:
     """Why `target` may not be instantiated, or None when it resolves to an allowed class or function."""
     if not isinstance(target, str) or not target.startswith(SEARCHED_PACKAGES):
@@ -43,7 +49,7 @@ def _refusal(target) -> str | None:
         return "it cannot be imported"
     # Of the zoo's own objects only its models: any other zoo function (one that writes or deletes files, say)
     # would run with whatever arguments a tampered config gives it.
-    if _defined_in(obj, "zoo.models") and not obj.__name__.startswith("_"):
+    if _is_zoo_model(obj):
         return None
     if id(obj) in _optax_public_objects():
         return None

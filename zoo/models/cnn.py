@@ -1,6 +1,8 @@
 import jax
 from flax import nnx
 
+from zoo.models.layers import Dropout
+
 
 class CNN(nnx.Module):
     """conv-conv-pool-dense for small images (8x8 digits, 28x28 MNIST, 32x32x3 CIFAR-10)."""
@@ -16,7 +18,7 @@ class CNN(nnx.Module):
         flat = (height // 2) * (width // 2) * channels[-1]  # one 2x2 pool after the convs
         self.dense = nnx.Linear(flat, dense, rngs=rngs)
         self.head = nnx.Linear(dense, out_features, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
         for conv, norm in zip(self.convs, self.norms):  # (B, H, W, C)

@@ -4,6 +4,8 @@ from typing import Sequence
 import jax
 from flax import nnx
 
+from zoo.models.layers import Dropout
+
 
 class MLP(nnx.Module):
     def __init__(self, input_shape, out_features: int, *, hidden: Sequence[int] = (256, 256),
@@ -12,7 +14,7 @@ class MLP(nnx.Module):
         self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
         self.head = nnx.Linear(sizes[-1], out_features, rngs=rngs)
         self.activation = getattr(jax.nn, activation)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
         x = x.reshape(x.shape[0], -1)  # (B, features)

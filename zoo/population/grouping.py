@@ -1,7 +1,7 @@
 """Which of a sweep's trials can train together: those whose configs are equal but for values a population
-batches — `seed` (initialisation, data order, dropout keys) and the optimizer's numeric settings (learning
-rate, weight decay, momentum, betas...). Anything else (model, widths, dropout rate, batch size, dataset,
-schedule, parallel mode) changes the program, so trials differing there train in separate groups.
+batches — `seed` (initialisation, data order, dropout keys), the optimizer's numeric settings (learning
+rate, weight decay, momentum, betas...) and the dropout rate. Anything else (model, widths, batch size,
+dataset, schedule, parallel mode) changes the program, so trials differing there train in separate groups.
 """
 import json
 
@@ -26,6 +26,8 @@ def _shared_part(cfg: DictConfig) -> dict:
     for key, value in optimizer.items():
         if key != "_target_" and _is_number(value):
             optimizer[key] = MEMBER_VALUE
+    if _is_number(shared.get("model", {}).get("dropout")):
+        shared["model"]["dropout"] = MEMBER_VALUE
     return shared
 
 
@@ -48,6 +50,6 @@ def check_one_group(cfgs: list) -> None:
         other = _flatten(_shared_part(cfg))
         changed = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
         if changed:
-            raise UserError(f"a population's members may differ only in seed and numeric optimizer settings, but "
-                            f"they differ in {', '.join(changed)}; train those as separate groups (the population "
-                            "launcher groups them itself).")
+            raise UserError(f"a population's members may differ only in seed, numeric optimizer settings and "
+                            f"model.dropout, but they differ in {', '.join(changed)}; train those as separate "
+                            "groups (the population launcher groups them itself).")

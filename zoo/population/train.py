@@ -69,7 +69,7 @@ def train_population(cfgs: list, hydra_cfgs: list | None = None) -> list:
     initial = [create_state(model, build_optimizer(c, total_steps), c.seed) for model, c in zip(models, cfgs)]
     graphdef = initial[0][0]
     unroll = jax.default_backend() == "cpu" and any(isinstance(m, nnx.Conv) for _, m in models[0].iter_modules())
-    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, lambda h: build_optimizer(cfg, total_steps, h),
+    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, lambda h: build_optimizer(cfg, total_steps, h["optimizer"]),
                                                    unroll=unroll)
     if cfg.trainer.ema_decay is not None:
         eval_step = evaluating_averaged(eval_step)
@@ -115,8 +115,8 @@ def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: di
     states = program.put_members(stack(_padded([m.outputs.host_state for m in run], program.size)))
     accs = program.put_members(stack(_padded([m.outputs.sums or program.zero_sums for m in run], program.size)))
     hypers = [hyperparameters(c) for c in cfgs]
-    hyper = program.put_members({k: np.array(_padded([h[k] for h in hypers], program.size), np.float32)
-                                 for k in hypers[0]})
+    hyper = program.put_members(jax.tree.map(lambda *v: np.array(_padded(list(v), program.size), np.float32),
+                                             *hypers))
     periodic = next(iter(eval_sets))
     log.info("population of %d members on %d device(s), %d steps", len(run), program.num_devices, total_steps)
     t_fit = time.perf_counter()
