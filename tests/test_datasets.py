@@ -84,3 +84,18 @@ def test_unwritable_data_dir_names_the_setting(make_cfg, tmp_path):
     cfg = make_cfg("dataset=digits", f"paths.data_dir={blocker / 'sub'}")
     with pytest.raises(UserError, match=r"paths\.data_dir=.* is not writable"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
+def test_a_dataset_prepared_by_a_parallel_job_is_used(make_cfg, tmp_path, monkeypatch):
+    """Parallel trials (submitit) on a fresh data dir prepare at once; the job whose rename loses reads the winner's."""
+    cfg = make_cfg("dataset=digits", f"paths.data_dir={tmp_path / 'data'}")
+    builder_class = sources.BUILDERS[cfg.dataset.tfds_name]
+    prepare = builder_class.download_and_prepare
+
+    def lose_the_rename(self, **kwargs):
+        prepare(builder_class(data_dir=self.data_dir_root, **sources._embedded_kwargs(cfg.dataset)), **kwargs)
+        raise FileExistsError(17, "Destination already exists")  # what TFDS's rename of incomplete.* raises
+
+    monkeypatch.setattr(builder_class, "download_and_prepare", lose_the_rename)
+    splits = load_dataset(cfg.dataset, cfg.paths.data_dir).splits
+    assert (len(splits["train"]), len(splits["test"])) == (1438, 359)

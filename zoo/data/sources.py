@@ -33,6 +33,9 @@ def _prepare_embedded(cfg, data_dir: str):
         os.makedirs(data_dir, exist_ok=True)
         builder.download_and_prepare(file_format="array_record")
     except OSError as e:  # permission denied, a file in the way, read-only or full disk
+        prepared_meanwhile = BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
+        if prepared_meanwhile.is_prepared():  # parallel jobs (a sweep's trials) prepared it at once; one rename won
+            return prepared_meanwhile
         raise UserError(f"paths.data_dir={data_dir} is not writable ({e.strerror or e}); set paths.data_dir "
                         "to a directory you can write.") from None
     except KeyboardInterrupt:

@@ -6,7 +6,9 @@ A job is any directory holding .hydra/overrides.yaml; it completed if it has res
 and was pruned or failed if it has failure.json (written by zoo.sweeps.summary_callback.SweepSummary);
 otherwise it is unfinished. A multi-objective sweep (a list of directions) is ranked by its Pareto front.
 """
+import contextlib
 import csv
+import fcntl
 import io
 import os
 import re
@@ -145,11 +147,24 @@ def best_text(s: dict) -> str:
 
 
 def write_summary(root: str) -> dict:
-    s = collect(root)
-    write_csv(s, os.path.join(root, "summary.csv"))
-    write_markdown(s, os.path.join(root, "summary.md"))
-    plots.write_plot(s, os.path.join(root, "summary.png"))
+    with _one_writer_at_a_time(root):
+        s = collect(root)
+        write_csv(s, os.path.join(root, "summary.csv"))
+        write_markdown(s, os.path.join(root, "summary.md"))
+        plots.write_plot(s, os.path.join(root, "summary.png"))
     return s
+
+
+@contextlib.contextmanager
+def _one_writer_at_a_time(root: str):
+    """Jobs in separate processes (submitit) summarise as each ends: taking turns, the last to write has read
+    every job's files, so a slower writer never replaces a complete summary with an older one."""
+    with open(os.path.join(root, ".summary.lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks: each file is still replaced whole, only the order is open
+            pass
+        yield
 
 
 def main(argv=None) -> int:
