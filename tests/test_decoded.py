@@ -56,6 +56,7 @@ def test_copy_equals_the_per_record_read(make_cfg, tmp_path, decodes, name):
     reference = per_record(cfg, data_dir)
     assert same(first, reference) and same(again, reference)
     copy = prepared_dir(cfg, data_dir) / decoded.DIRNAME
+    assert copy.stat().st_mode & 0o777 == copy.parent.stat().st_mode & 0o777  # readable by the dataset's readers
     assert sorted(p.name for p in copy.glob("*.npy")) == ["test_x.npy", "test_y.npy", "train_x.npy", "train_y.npy"]
     for path in copy.glob("*.npy"):  # plain arrays: readable without pickle
         assert np.load(path, allow_pickle=False).dtype != object

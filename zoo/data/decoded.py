@@ -85,6 +85,7 @@ def save(prepared_dir: str, key: dict, arrays: dict) -> None:
         manifest = {"source": key, "arrays": {n: _size_and_crc(os.path.join(tmp, n)) for n in names}}
         with open(os.path.join(tmp, MANIFEST), "w") as f:
             json.dump(manifest, f)
+        os.chmod(tmp, os.stat(prepared_dir).st_mode & 0o777)  # whoever may read the dataset may read its copy
         shutil.rmtree(where, ignore_errors=True)
         os.rename(tmp, where)
     except OSError as e:  # full disk, or another process renamed its copy first: either way nothing half-kept
