@@ -8,6 +8,8 @@ import jax
 import optax
 
 from zoo.bench.reference import DROPOUT, make_reference
+from zoo.bench.suite import TWIN_KINDS
+from zoo.bench.torch_twin import torch_twin_row
 from zoo.bench.util import compose_cfg, interleave, median, per_step, ratios, row, synthetic_images
 from zoo.loop import fit
 from zoo.run_logger import RunLogger
@@ -98,6 +100,8 @@ def step_benchmarks(kind: str, sizes, where) -> list:
                     target=(">=", 0.95) if kind != "linear" else None,
                     note=f"zoo {median(zoo_ms):.3f} vs reference {median(ref_ms):.3f} ms/step, batch {batch_size}",
                     zoo_ms=zoo_ms, ref_ms=ref_ms, steps_per_round=n))
+    if kind in TWIN_KINDS:
+        rows.append(torch_twin_row(kind, cfg, run, host[:n], zoo_steps(n), sizes.rounds[kind]))
     if kind not in sizes.loop_steps:
         return rows
 

@@ -3,7 +3,8 @@
 Sections (see docs/benchmarks.md): the compiled step against a hand-written JAX + optax step (step_ratio),
 the real loop against the isolated step (loop_efficiency), the input pipeline alone (pipeline), compile
 times and cold start with/without the persistent compilation cache, time to accuracy on digits with peak
-RSS, and trainer.steps_per_call=K against the naive one-step-per-call loop (chunking).
+RSS, trainer.steps_per_call=K against the naive one-step-per-call loop (chunking), a PyTorch twin of the
+MLP and CNN when torch is installed (torch_twin), and loading an MNIST-sized prepared split (data_load).
 Every timing is interleaved (A/B rounds after a warm-up, block_until_ready) and reported as the median
 over rounds with its interquartile range; ratios are computed per round pair.
 """
@@ -16,8 +17,9 @@ import sys
 import tempfile
 import time
 
-SECTIONS = ("steps", "chunking", "cold_start", "time_to_accuracy")
+SECTIONS = ("steps", "chunking", "data_load", "cold_start", "time_to_accuracy")
 STEP_KINDS, LOOP_KINDS, CHUNK_KINDS = ("mlp", "cnn", "linear"), ("mlp", "linear"), ("linear", "mlp")
+TWIN_KINDS = ("mlp", "cnn")  # the models a PyTorch user would write the same way
 TARGET_ACCURACY = {"mlp": 0.975, "cnn": 0.985}
 
 
@@ -26,10 +28,13 @@ def expected_row_ids(sizes, sections=SECTIONS) -> list:
     if "steps" in sections:
         for kind in STEP_KINDS:
             ids += [f"compile/{kind}/train", f"compile/{kind}/eval", f"step_ratio/{kind}"]
+            ids += [f"torch_twin/{kind}"] if kind in TWIN_KINDS else []
             ids += [f"loop_efficiency/{kind}", f"pipeline/{kind}"] if kind in LOOP_KINDS else []
     if "chunking" in sections:
         for kind in CHUNK_KINDS:
             ids += [f"chunking/{kind}/{v}" for v in ("naive", *[f"K={k}" for k in sizes.chunk_ks], "best")]
+    if "data_load" in sections:
+        ids += ["data_load/decode", "data_load/decoded_copy"]
     if "cold_start" in sections:
         ids += [f"cold_start/{v}" for v in ("no_cache", "cache_populate", "cache_warm", "speedup")]
     if "time_to_accuracy" in sections:
@@ -57,6 +62,7 @@ def _meta(args, sizes) -> dict:
 
 def run_benchmark(args) -> dict:
     from zoo.bench.chunks import chunk_benchmarks
+    from zoo.bench.data_load import data_load_rows
     from zoo.bench.process import cold_start_rows, finish_child, run_here, start_child, tta_rows, tta_specs
     from zoo.bench.steps import step_benchmarks
     from zoo.bench.util import QUICK, Sizes, Where, compose_cfg
@@ -84,6 +90,8 @@ def run_benchmark(args) -> dict:
         rows += timed_section(f"steps/{kind}", lambda k=kind: step_benchmarks(k, sizes, where))
     for kind in CHUNK_KINDS if "chunking" in sections else ():
         rows += timed_section(f"chunking/{kind}", lambda k=kind: chunk_benchmarks(k, sizes, where))
+    if "data_load" in sections:
+        rows += timed_section("data_load", lambda: data_load_rows(sizes, where))
     if "cold_start" in sections:
         rows += timed_section("cold_start", lambda: cold_start_rows(sizes, where, args.quick))
     if "time_to_accuracy" in sections:  # a fresh process each, so peak RSS is the run's own (quick: in-process)

@@ -37,6 +37,9 @@ class Sizes:
     tta_max_steps: int = 0  # 0: the configured epochs
     tta_eval_every: int = 10
     tta_overrides: dict = dataclasses.field(default_factory=dict)  # model -> extra overrides
+    load_examples: int = 70000  # data_load: MNIST-sized synthetic_linear
+    load_features: int = 784
+    load_rounds: int = 5
     shared_cache: bool = False  # in-process runs share a persistent compilation cache (quick mode: speed)
 
 
@@ -48,7 +51,7 @@ QUICK = Sizes(image=(8, 8, 1), n_train=256, mlp_hidden=(16,), cnn_channels=(4, 8
               chunk_ks=(1, 2), chunk_steps={"linear": 32, "mlp": 32}, chunk_rounds=1, chunk_mlp_hidden=(16,),
               cold_reps=1, tta_max_steps=4, tta_eval_every=2,
               tta_overrides={"mlp": ["model.hidden=[16]"], "cnn": ["model.channels=[4,8]", "model.dense=16"]},
-              shared_cache=True)
+              load_examples=500, load_features=16, load_rounds=1, shared_cache=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Read a dataset's splits into numpy arrays through TFDS data sources (embedded and catalog alike).
+"""Read a dataset's splits into numpy arrays through TFDS data sources (embedded and catalog alike), from
+the decoded copy kept beside a prepared dataset once it has been read (zoo.data.decoded).
 
 TFDS prepares into an `incomplete.*` directory and renames it when done, so an interrupted or failed
 preparation is never taken for a dataset: the next run prepares again.
@@ -10,6 +11,7 @@ import threading
 import numpy as np
 import tensorflow_datasets as tfds
 
+from zoo.data import decoded
 from zoo.data.embedded import BUILDERS
 from zoo.errors import Interrupted, UserError
 
@@ -88,9 +90,36 @@ def _open_catalog(cfg, data_dir: str):
         raise _catalog_error(cfg, data_dir, e) from None
 
 
-def _to_arrays(source, x_key: str, y_key: str):
-    examples = [source[i] for i in range(len(source))]
-    return (np.stack([e[x_key] for e in examples]).astype(np.float32), np.stack([e[y_key] for e in examples]))
+def _read(source, keys: range) -> list:
+    """Records `keys` in one batched read (array_record reads them in parallel). TFDS's test mock sets a
+    `__getitems__` that cannot be called; it is read record by record."""
+    try:
+        return source.__getitems__(keys)
+    except TypeError:
+        return [source[i] for i in keys]
+
+
+def _decode(source, x_key: str, y_key: str, batch: int = 8192):
+    """Every record as stacked (x, y), in stored order."""
+    n = len(source)
+    examples = [e for start in range(0, n, batch) for e in _read(source, range(start, min(start + batch, n)))]
+    return np.stack([e[x_key] for e in examples]), np.stack([e[y_key] for e in examples])
+
+
+def _read_arrays(sources, keys, expected) -> dict:
+    """From the decoded copy beside the prepared dataset when it matches it; else decode the records, check
+    the counts and keep a copy for the next run."""
+    info = sources[0].dataset_info
+    key = decoded.source_key(info)
+    arrays = decoded.load(info.data_dir, key, SPLITS) if key else None
+    if arrays is None:
+        arrays = {s: _decode(src, *keys) for s, src in zip(SPLITS, sources)}
+        found = {s: len(arrays[s][0]) for s in SPLITS}
+        if expected and found != expected:
+            raise ValueError(f"found {found} examples, expected {expected}")
+        if key:
+            decoded.save(info.data_dir, key, arrays)
+    return {s: (x.astype(np.float32, copy=False), y) for s, (x, y) in arrays.items()}
 
 
 def read_splits(cfg, data_dir: str) -> dict:
@@ -104,10 +133,7 @@ def read_splits(cfg, data_dir: str) -> dict:
         where, keys, expected = os.path.join(data_dir, cfg.tfds_name), ("image", "label"), None
     try:  # a truncated or deleted record file fails here, on open or on the first bad record
         sources = builder.as_data_source(split=list(SPLITS)) if cfg.embedded else _open_catalog(cfg, data_dir)
-        arrays = {s: _to_arrays(src, *keys) for s, src in zip(SPLITS, sources)}
-        found = {s: len(arrays[s][0]) for s in SPLITS}
-        if expected and found != expected:
-            raise ValueError(f"found {found} examples, expected {expected}")
+        arrays = _read_arrays(sources, keys, expected)
     except UserError:
         raise
     except Exception as e:
