@@ -99,3 +99,48 @@ def test_a_pruned_member_is_frozen_while_the_other_finishes(data_dir, tmp_path):
     assert max(json.loads(line)["step"] for line in (pruned / "metrics.jsonl").read_text().splitlines()) == 10
     finished = json.loads((pathlib.Path(trials[1e-2].user_attrs["run_dir"]) / "results.json").read_text())
     assert finished["steps"] == 20 and finished["population"]["members"] == 2
+
+
+def test_sigterm_saves_every_member_and_the_same_command_resumes(data_dir, make_cfg, tmp_path):
+    import signal
+
+    from test_cli import TINY, start, wait_for_lines
+    from zoo.checkpoint import Checkpoints
+    from zoo.population.train import train_population
+
+    sweep = tmp_path / "sweep"
+    steps = ["trainer.max_steps=3000", "trainer.log_every=1", "trainer.checkpoint_every=1000"]
+    args = ["-m", *TINY, *steps, "hydra/launcher=population", "seed=0,1", f"hydra.sweep.dir={sweep}"]
+    proc = start(args, data_dir)
+    wait_for_lines(sweep / "0" / "metrics.jsonl", 30, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM at step" in stderr and "rerun the same multirun command" in stderr
+    stopped = [Checkpoints(str(sweep / j / "checkpoints"), read_only=True).steps()[-1] for j in ("0", "1")]
+    assert stopped[0] == stopped[1] and 30 <= stopped[0] < 3000  # every member saved at the same step
+    done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = [make_cfg(*TINY, *steps, f"seed={seed}", out=f"whole-{seed}") for seed in (0, 1)]
+    train_population(reference)  # the same population, uninterrupted, in this process
+    for job, cfg in zip(("0", "1"), reference):
+        results = json.loads((sweep / job / "results.json").read_text())
+        assert results["start_step"] == stopped[0] and results["steps"] == 3000
+        assert results["population"]["members"] == 2
+        assert final_states(sweep / job, cfg) == final_states(cfg.paths.output_dir, cfg)  # bitwise
+
+
+def final_states(run_dir, cfg) -> list:
+    """The newest checkpoint's state leaves, restored into zeros (nothing compared comes from the target)."""
+    import jax
+    import numpy as np
+
+    from zoo.checkpoint import Checkpoints
+    from zoo.train import build
+
+    run = build(cfg)
+    target = jax.tree.map(np.zeros_like, {"state": run.host_state, "sums": run.compiled.zero_sums})
+    ckpts = Checkpoints(str(pathlib.Path(run_dir) / "checkpoints"), read_only=True)
+    restored, _ = ckpts.restore(ckpts.steps()[-1], target)
+    return [np.asarray(x).tobytes() for x in jax.tree.leaves(restored["state"])]
