@@ -157,3 +157,15 @@ def test_early_stopping_ends_each_member_alone_as_in_its_solo_run(make_cfg):
         assert outcome["early_stopping"] == solo["early_stopping"]
         assert outcome["test"] == pytest.approx(solo["test"], rel=1e-5)
         assert_same_trajectory(cfg.paths.output_dir, solo_cfg.paths.output_dir)
+
+
+def test_convnet_members_with_batch_norm_equal_their_solo_runs(make_cfg):
+    cnn = ["model=cnn", "model.channels=[4,8]", "model.dense=16", "optimizer=sgd", "trainer.steps_per_call=null"]
+    grid = [("0.05", "0"), ("0.1", "1")]
+    cfgs = configs(make_cfg, "pop", *cnn, grid=grid)
+    outcomes = train_population(cfgs)
+    for (lr, seed), cfg, outcome in zip(grid, cfgs, outcomes):
+        solo = make_cfg(*SMALL, *cnn, f"optimizer.learning_rate={lr}", f"seed={seed}", out=f"solo-{lr}")
+        train(solo)
+        assert_same_trajectory(cfg.paths.output_dir, solo.paths.output_dir)
+        assert outcome["test"]["count"] == 359

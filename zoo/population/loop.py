@@ -32,12 +32,14 @@ class Member:
         return self.error is None and self.outputs.start_step <= step < self.end
 
 
-def fit_population(program, states, accs, members: list, hyper, cfg, total_steps: int, task, eval_set, stop):
+def fit_population(program, states, accs, members: list, hyper, cfg, total_steps: int, task, eval_set, stop,
+                   steps_per_call: int = 10):
     """Train every member to its end; returns (stacked device states, the last step run).
 
     `accs` holds each member's partial metric sums (restored ones after a resume). `eval_set` is the periodic
-    split's (name, device batches, example count). Members that fail or are pruned get `error` set."""
-    chunk_size = 1 if cfg.nan_check == "step" else (cfg.steps_per_call or 10)
+    split's (name, device batches, example count). `steps_per_call` is K when trainer.steps_per_call is
+    null (as zoo.train chooses it). Members that fail or are pruned get `error` set."""
+    chunk_size = 1 if cfg.nan_check == "step" else (cfg.steps_per_call or steps_per_call)
     log_every = 1 if cfg.nan_check == "step" else cfg.log_every
     checkpoint_every, eval_every = cfg.checkpoint_every, cfg.eval_every
     for m in members:

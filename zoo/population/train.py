@@ -97,7 +97,8 @@ def train_population(cfgs: list, hydra_cfgs: list | None = None) -> list:
                                 next(iter(host_batches.values()))[0], 1))
     model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
     try:
-        _train(program, run, [cfgs[i] for i, _ in members], task, total_steps, eval_sets, model, t0)
+        _train(program, run, [cfgs[i] for i, _ in members], task, total_steps, eval_sets, model, t0,
+               steps_per_call=1 if unroll else 10)  # zoo.train's choice, for the same reason
     finally:
         for m in run:
             m.outputs.close()
@@ -110,7 +111,8 @@ def _padded(trees: list, size: int) -> list:
     return trees + [trees[0]] * (size - len(trees))  # frozen copies: their rows are always masked
 
 
-def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: dict, model: dict, t0: float) -> None:
+def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: dict, model: dict, t0: float,
+           steps_per_call: int) -> None:
     cfg = cfgs[0]
     states = program.put_members(stack(_padded([m.outputs.host_state for m in run], program.size)))
     accs = program.put_members(stack(_padded([m.outputs.sums or program.zero_sums for m in run], program.size)))
@@ -122,7 +124,7 @@ def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: di
     t_fit = time.perf_counter()
     with stop_on_signals() as stop:
         states, step = fit_population(program, states, accs, run, hyper, cfg.trainer, total_steps, task,
-                                      (periodic, *eval_sets[periodic]), stop)
+                                      (periodic, *eval_sets[periodic]), stop, steps_per_call)
     fit_seconds = time.perf_counter() - t_fit
     if stop:
         for m in run:
