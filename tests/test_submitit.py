@@ -45,14 +45,14 @@ def test_jobs_in_separate_processes_write_the_summary_one_at_a_time(tmp_path, mo
     """While one job collects and writes, another job's lock attempt on the sweep root would wait."""
     collect, another_job_would_wait = report.collect, []
 
-    def collect_while_another_job_tries(root):
+    def collect_while_another_job_tries(root, known=None):
         with open(tmp_path / ".summary.lock", "a") as other:  # its own open file: a lock of its own, as in a process
             try:
                 fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 another_job_would_wait.append(False)
             except BlockingIOError:
                 another_job_would_wait.append(True)
-        return collect(root)
+        return collect(root, known)
 
     monkeypatch.setattr(report, "collect", collect_while_another_job_tries)
     report.write_summary(str(tmp_path))

@@ -1,22 +1,31 @@
-"""The sweep summary's unfinished and non-finite rows, and the digits_cnn Optuna preset run end to end."""
+"""The sweep summary: unfinished and non-finite rows, what is written after each job and at the end, and the
+digits_cnn Optuna preset run end to end."""
 import csv
 import json
 import math
+import pathlib
 import subprocess
 import sys
 
 import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from conftest import ROOT, subprocess_env
+from zoo.loop import NonFiniteLoss, TrialPruned
+from zoo.sweeps import jobs as sweep_jobs
 from zoo.sweeps import report as sweep_report
+from zoo.sweeps.summary_callback import SweepSummary
 
 
-def write_job(root, name: str, overrides: list, results=None, failure=None) -> None:
+def write_job(root, name: str, overrides: list, results=None, failure=None, metric="test/accuracy",
+              direction="maximize") -> None:
     hydra_dir = root / name / ".hydra"
     hydra_dir.mkdir(parents=True)
     (hydra_dir / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    (hydra_dir / "config.yaml").write_text("optimized_metric: test/accuracy\n")
-    (hydra_dir / "hydra.yaml").write_text("hydra:\n  sweeper:\n    direction: maximize\n")
+    (hydra_dir / "config.yaml").write_text(f"optimized_metric: {metric}\n")
+    (hydra_dir / "hydra.yaml").write_text(f"hydra:\n  sweeper:\n    direction: {direction}\n")
     if results is not None:  # json writes NaN as NaN, as train() would for a diverged objective
         (root / name / "results.json").write_text(json.dumps(results))
     if failure is not None:
@@ -47,6 +56,81 @@ def test_summary_ranks_completed_then_unfinished_then_failed_and_says_why(tmp_pa
     markdown = (tmp_path / "summary.md").read_text()
     assert "Jobs: 5 (2 completed, 1 unfinished, 2 failed)." in markdown
     assert "| 3 | 2 | unfinished |" in markdown and "| 4 | 1 | failed | nan |" in markdown
+
+
+def job_end(callback, root, name: str, error=None) -> None:
+    """What Hydra's launcher calls after job `name` of the sweep in `root` returned (or raised `error`)."""
+    config = OmegaConf.create({"hydra": {"mode": RunMode.MULTIRUN, "sweep": {"dir": str(root)},
+                                         "runtime": {"output_dir": str(root / name)}}})
+    status = JobStatus.COMPLETED if error is None else JobStatus.FAILED
+    callback.on_job_end(config, JobReturn(overrides=[], status=status, _return_value=error))
+
+
+def test_the_table_follows_every_job_and_the_plot_comes_at_the_end_or_on_a_failure(tmp_path):
+    callback = SweepSummary()
+    for i, lr in enumerate((0.1, 0.2)):
+        write_job(tmp_path, str(i), [f"optimizer.learning_rate={lr}"], results=completed(0.5 + i / 10))
+        job_end(callback, tmp_path, str(i))
+        assert len(sweep_report.collect(str(tmp_path))["rows"]) == i + 1
+        assert f"| 1 | {i} | completed |" in (tmp_path / "summary.md").read_text()  # the newest job is the best
+    write_job(tmp_path, "p", ["optimizer.learning_rate=1e-9"])
+    job_end(callback, tmp_path, "p", TrialPruned("pruned at step 10"))  # routine: the sweep still ends normally
+    assert json.loads((tmp_path / "p" / "failure.json").read_text())["status"] == "pruned"
+    assert not (tmp_path / "summary.png").exists()  # matplotlib waits for the end
+    callback.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert (tmp_path / "summary.png").stat().st_size > 0
+
+    (tmp_path / "summary.png").unlink()  # Hydra's basic sweeper skips on_multirun_end after a failed job
+    write_job(tmp_path, "2", ["optimizer.learning_rate=1e30"])
+    job_end(callback, tmp_path, "2", NonFiniteLoss("training loss became non-finite"))
+    assert json.loads((tmp_path / "2" / "failure.json").read_text())["error"] == "NonFiniteLoss"
+    assert (tmp_path / "summary.png").stat().st_size > 0
+    (tmp_path / "summary.png").unlink()  # and every later job keeps it current
+    write_job(tmp_path, "3", ["optimizer.learning_rate=0.3"], results=completed(0.9))
+    job_end(callback, tmp_path, "3")
+    assert (tmp_path / "summary.png").stat().st_size > 0
+    assert "| 1 | 3 | completed |" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_summary_kept_up_after_each_job_equals_one_built_at_the_end_and_reads_each_job_once(tmp_path,
+                                                                                              monkeypatch):
+    reads = []
+
+    def counted_read_job(job_dir, root):
+        reads.append(pathlib.Path(job_dir).name)
+        return sweep_jobs.read_job(job_dir, root)
+
+    monkeypatch.setattr(sweep_report, "read_job", counted_read_job)
+    known = {}
+    plan = [("0", completed(0.5), None), ("1", None, {"status": "pruned", "error": "TrialPruned", "reason": "x"}),
+            ("2", completed(math.nan), None), ("3", None, None), ("4", completed(0.7), None)]
+    for name, results, failure in plan:
+        write_job(tmp_path, name, [f"model.dropout=0.{name}"], results=results, failure=failure)
+        sweep_report.write_summary(str(tmp_path), plot=False, known=known)
+    (tmp_path / "3" / "results.json").write_text(json.dumps(completed(0.6)))  # job 3 finishes last
+    sweep_report.write_summary(str(tmp_path), plot=False, known=known)
+    incremental = (tmp_path / "summary.csv").read_text()
+    assert "3,completed" in incremental
+    assert sorted(reads) == ["0", "1", "2", "3", "3", "3", "4"]  # only job 3 is read again, until it finished
+    reads.clear()
+    sweep_report.write_summary(str(tmp_path), plot=False)
+    assert (tmp_path / "summary.csv").read_text() == incremental and len(reads) == len(plan)
+
+
+def test_a_multi_objective_summary_shows_every_objective_each_time_it_is_written(tmp_path):
+    known = {}
+    for name, accuracy, wall in (("0", 0.9, 2.0), ("1", 0.8, 1.0)):
+        write_job(tmp_path, name, [f"model.dropout=0.{name}"], metric="[validation/accuracy,wall_time_s]",
+                  direction="[maximize,minimize]",
+                  results={"objective": [accuracy, wall], "steps": 6, "wall_time_s": wall, "validation": {}})
+        for _ in range(2):
+            sweep_report.write_summary(str(tmp_path), plot=False, known=known)
+    with open(tmp_path / "summary.csv") as f:
+        rows = {r["job"]: r for r in csv.DictReader(f)}
+    assert [(rows[j]["objective_1"], rows[j]["objective_2"], rows[j]["pareto"]) for j in "01"] == [
+        ("0.9", "2.0", "yes"), ("0.8", "1.0", "yes")]
+    markdown = (tmp_path / "summary.md").read_text()
+    assert "| 0 | completed | 0.9 | 2 | yes |" in markdown and "| 1 | completed | 0.8 | 1 | yes |" in markdown
 
 
 def test_digits_cnn_search_runs_with_a_tiny_budget(data_dir, tmp_path):

@@ -122,6 +122,7 @@ def test_grid_sweep_with_a_failed_job_still_writes_the_summary(data_dir, tmp_pat
     rows = summary_rows(sweep)
     assert [(r["job"], r["status"]) for r in rows] == [("0", "completed"), ("1", "failed")]
     assert "non-finite" in rows[1]["reason"] and (sweep / "1" / "failure.json").is_file()
+    assert (sweep / "summary.png").stat().st_size > 0  # drawn on the failure, as on_multirun_end never comes
 
 
 def test_rerunning_a_stored_study_continues_it(data_dir, tmp_path):

@@ -51,12 +51,18 @@ def _direction_of(metric_name: str) -> str:
     return "minimize" if metric_name.rpartition("/")[2] in MINIMIZED_METRICS else "maximize"
 
 
-def collect(root: str) -> dict:
+def collect(root: str, known: dict = None) -> dict:
     """Every job, ranked: completed best first (the Pareto front first when there are several objectives), then
-    pruned, unfinished and failed; swept keys are those that vary."""
+    pruned, unfinished and failed; swept keys are those that vary.
+
+    `known` (a dict kept between calls while one sweep runs) holds what can no longer change: the objective and
+    the rows of finished jobs, so each finished job's files are read once, not once per summary."""
+    known = {} if known is None else known
     jobs = find_job_dirs(root)
-    name, direction = objective_and_direction(jobs[0]) if jobs else ("objective", "maximize")
-    rows = [read_job(j, root) for j in jobs]
+    if jobs and "objective" not in known:
+        known["objective"] = objective_and_direction(jobs[0])
+    name, direction = known.get("objective", ("objective", "maximize"))
+    rows = [_read_once(j, root, known.setdefault("rows", {})) for j in jobs]
     multi = isinstance(name, list)
     front = pareto.front([r for r in rows if r["status"] == "completed"], direction) if multi else []
     sign = -1.0 if (direction[0] if multi else direction) == "maximize" else 1.0
@@ -72,6 +78,15 @@ def collect(root: str) -> dict:
             "metrics": list(dict.fromkeys(m for r in rows for m in r["metrics"]))}
 
 
+def _read_once(job_dir: str, root: str, finished: dict) -> dict:
+    if job_dir in finished:
+        return finished[job_dir]
+    row = read_job(job_dir, root)
+    if row["status"] != "unfinished":  # results.json and failure.json are written once, at a job's end
+        finished[job_dir] = row
+    return row
+
+
 def _objective_columns(s: dict) -> list:
     return [*pareto.columns(s["objective"]), "pareto"] if isinstance(s["objective"], list) else ["objective"]
 
@@ -82,7 +97,7 @@ def _columns(s: dict) -> list:
 
 
 def _cells(s: dict, i: int, r: dict) -> dict:
-    values = r["objective"] if isinstance(r["objective"], list) else [r["objective"]]
+    values = list(r["objective"]) if isinstance(r["objective"], list) else [r["objective"]]  # rows are kept: no edits
     if isinstance(s["objective"], list):
         values = values if len(values) == len(s["objective"]) else [None] * len(s["objective"])
         values.append("yes" if r["pareto"] else "")
@@ -146,12 +161,14 @@ def best_text(s: dict) -> str:
             f"`{' '.join(b['overrides'])}`; run directory: {b['run_dir']}")
 
 
-def write_summary(root: str) -> dict:
+def write_summary(root: str, plot: bool = True, known: dict = None) -> dict:
+    """summary.csv and summary.md, and summary.png if `plot` (matplotlib costs more than the table: ~0.2 s)."""
     with _one_writer_at_a_time(root):
-        s = collect(root)
+        s = collect(root, known)
         write_csv(s, os.path.join(root, "summary.csv"))
         write_markdown(s, os.path.join(root, "summary.md"))
-        plots.write_plot(s, os.path.join(root, "summary.png"))
+        if plot:
+            plots.write_plot(s, os.path.join(root, "summary.png"))
     return s
 
 

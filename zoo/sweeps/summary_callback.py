@@ -1,7 +1,9 @@
 """Hydra callback for multiruns: failed jobs leave failure.json, and the sweep summary is always current.
 
-Registered under `hydra.callbacks` in conf/train.yaml. The summary is rebuilt after every job, not only at
-the end: Hydra's basic sweeper raises after a multirun with a failed job and then never calls on_multirun_end.
+Registered under `hydra.callbacks` in conf/train.yaml. The table (summary.csv, summary.md) is rewritten after
+every job, so it is current while a sweep runs; the plot (summary.png, a matplotlib figure costing more than the
+table) is drawn at the end. Hydra's basic sweeper raises after a multirun with a failed job and then never calls
+on_multirun_end, so from a job's failure on the plot is redrawn after every job too.
 A job stopped by the sweep's pruner leaves a failure.json with status `pruned`.
 """
 import json
@@ -33,6 +35,10 @@ def write_failure(job_dir: str, job_return: JobReturn) -> None:
 
 
 class SweepSummary(Callback):
+    def __init__(self) -> None:
+        self.known = {}  # what report.collect need not read again: the objective, finished jobs' rows
+        self.plot_each_job = False  # set by a failed job: the sweep may end without on_multirun_end
+
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Optuna opens sqlite:///<sweep dir>/optuna.db before the launcher creates the sweep dir.
         os.makedirs(config.hydra.sweep.dir, exist_ok=True)
@@ -42,22 +48,24 @@ class SweepSummary(Callback):
             return
         if job_return.status == JobStatus.FAILED:
             write_failure(config.hydra.runtime.output_dir, job_return)
-        s = _summarise(config.hydra.sweep.dir)
+            # a pruned trial is routine: sweepers that prune go on and end with on_multirun_end
+            self.plot_each_job |= not isinstance(job_return._return_value, TrialPruned)
+        s = _summarise(config.hydra.sweep.dir, self.plot_each_job, self.known)
         if s is not None:
             counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned")}
             log.info("sweep so far: %d jobs, %d failed, %d pruned. %s", len(s["rows"]), counts["failed"],
                      counts["pruned"], report.best_text(s))
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        s = _summarise(config.hydra.sweep.dir)
+        s = _summarise(config.hydra.sweep.dir, True, self.known)
         if s is not None:
             print(f"Sweep summary: {os.path.join(s['root'], 'summary.md')}")
             print(report.best_text(s))
 
 
-def _summarise(sweep_dir: str):
+def _summarise(sweep_dir: str, plot: bool, known: dict):
     try:
-        return report.write_summary(sweep_dir)
+        return report.write_summary(sweep_dir, plot, known)
     except Exception as e:  # noqa: BLE001 — a summary problem must never fail a trial or a finished sweep
         log.warning("could not write the sweep summary in %s: %s (rebuild it with `python -m zoo.sweeps.report`)",
                     sweep_dir, e)
