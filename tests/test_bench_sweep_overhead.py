@@ -1,0 +1,32 @@
+"""The sweep-overhead benchmark runs a real multirun and prints every row (it asserts no speed)."""
+import json
+import math
+
+import pytest
+
+from conftest import subprocess_env
+from zoo.bench.sweep_overhead import NOTES, figures, main
+
+
+def test_figures_split_the_command_into_start_jobs_and_end():
+    # launched at 0; sweep starts at 3; job spans 3.5-5.5 and 6-8 with 1.5 s of training each; exit at 10.
+    stamps = [("multirun_start", 3), ("job_start", 3.5), ("job_end", 5.5), ("job_start", 6), ("job_end", 8)]
+    run = {"launched": 0.0, "ended": 10.0, "wall_time_s": [1.5, 1.5],
+           "stamps": [{"event": e, "t": t} for e, t in stamps]}
+    assert figures(run) == pytest.approx({"jobs": 2, "wall": 10, "train": 3, "per_job": 1, "with_start": 3.5,
+                                          "in_job": 0.5, "between_jobs": 0.5, "start": 3, "end": 2})
+
+
+def test_quick_sweep_overhead_prints_every_row(data_dir, tmp_path, monkeypatch, capsys):
+    for name, value in subprocess_env(data_dir).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    out = tmp_path / "sweep_overhead.json"
+    result = main(["--quick", "--out", str(out), "--work-dir", str(tmp_path / "work")])
+    printed = capsys.readouterr().out
+    assert "2 jobs" in printed
+    assert [r["id"] for r in result["rows"]] == [f"sweep_overhead/{key}" for key in NOTES]
+    for r in result["rows"]:
+        assert f"| {r['id']} |" in printed
+        assert math.isfinite(r["value"]) and r["value"] > 0, r
+    assert json.loads(out.read_text())["rows"] == result["rows"]
