@@ -1,6 +1,6 @@
 """Populations against one trial at a time: the whole multirun command's wall time, same trials, same run.
 
-    python -m zoo.bench.population [--quick] [--rounds 2] [--out bench_population.json]
+    python -m zoo.bench.population [--quick] [--rounds 2] [--out bench_population.json] [OVERRIDE ...]
 
 Each sweep runs `python train.py -m optimizer.learning_rate=... seed=... hydra/launcher=population` and the
 same command with Hydra's basic launcher as subprocesses, alternating (basic, population / population, basic,
@@ -8,6 +8,7 @@ same command with Hydra's basic launcher as subprocesses, alternating (basic, po
 from their own empty compilation cache (the default setting, cold). Rows: seconds per launcher, the paired
 speed-up, seconds per job, and whether the best trial's test metric is the same in both sweeps. The 64-trial
 row needs an accelerator; on CPU it reports that it was skipped. Not part of `python -m zoo.bench` (minutes).
+Trailing OVERRIDEs (e.g. `logger.plot=false`) are added to every sweep's command, for both launchers.
 """
 import argparse
 import csv
@@ -48,19 +49,22 @@ SWEEPS = {  # conf/optimizer/adamw.yaml's 1e-3 for the MLP; conf/recipe/linear_d
 
 def accelerator() -> tuple:
     """(backend, device count) as train.py's processes will see them; asked in a child so that this process
-    never holds the accelerator the runs need."""
-    probe = "import jax; print(jax.default_backend(), jax.device_count())"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    never holds the accelerator the runs need. The child imports what train.py does, so the first timed run
+    does not pay alone for reading the libraries from disk."""
+    probe = ("import jax, matplotlib.pyplot, zoo.population.train, zoo.sweeps.summary_callback, zoo.train; "
+             "print(jax.default_backend(), jax.device_count())")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
     backend, count = out.split()[-2:]
     return backend, int(count)
 
 
-def run_sweep(sweep: Sweep, launcher: str, sweep_dir: str, data_dir: str, quick: bool) -> None:
-    cmd = [sys.executable, "train.py", "-m", *sweep.grid(quick), *sweep.overrides, f"hydra/launcher={launcher}",
-           f"hydra.sweep.dir={sweep_dir}", "logger.progress=false", f"paths.data_dir={data_dir}",
-           f"paths.compilation_cache_dir={sweep_dir}-compilation-cache"]
-    cmd += ["debug=smoke"] if quick else []
-    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, TFDS_DATA_DIR=data_dir), capture_output=True,
+def run_sweep(sweep: Sweep, launcher: str, sweep_dir: str, args) -> None:
+    cmd = [sys.executable, "train.py", "-m", *sweep.grid(args.quick), *sweep.overrides,
+           f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep_dir}", "logger.progress=false",
+           f"paths.data_dir={args.data_dir}", f"paths.compilation_cache_dir={sweep_dir}-compilation-cache"]
+    cmd += (["debug=smoke"] if args.quick else []) + args.overrides
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, TFDS_DATA_DIR=args.data_dir), capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -83,7 +87,7 @@ def measure(name: str, sweep: Sweep, args, work: str) -> list:
     def one(launcher):
         sweep_dir = os.path.join(work, f"{name}-{launcher}-{len(runs[launcher])}")
         runs[launcher].append(sweep_dir)
-        return run_sweep(sweep, launcher, sweep_dir, args.data_dir, args.quick)
+        return run_sweep(sweep, launcher, sweep_dir, args)
 
     seconds = interleave({launcher: lambda launcher=launcher: one(launcher) for launcher in LAUNCHERS},
                          args.rounds, warmup=0)
@@ -150,6 +154,7 @@ def parse_args(argv):
     p.add_argument("--out", default="bench_population.json", help="where to write the JSON results")
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets"))
     p.add_argument("--work-dir", default=None, help="where the sweeps are kept (default: a temp dir, removed)")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides added to every sweep's command, both launchers")
     args = p.parse_args(argv)
     args.argv, args.data_dir = list(argv), os.path.expanduser(args.data_dir)
     args.rounds = args.rounds or (1 if args.quick else 2)
