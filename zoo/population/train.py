@@ -133,6 +133,7 @@ def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: di
             if m.error is None:
                 m.error = Preempted(step, stop.signum, os.path.abspath(m.outputs.cfg.paths.output_dir))
         return
+    wall_time_s = time.perf_counter() - t0  # the group's: its members trained together, none alone
     host = jax.device_get(states)
     finals = _reported_states(program, run, host, eval_sets[periodic], task)
     placed = program.put_members(stack(_padded(finals, program.size)))
@@ -144,7 +145,7 @@ def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: di
         steps_run = sum(m.running_at(s) for s in range(m.outputs.start_step, total_steps))
         examples_per_s = steps_run * m.stream.batch_size / max(fit_seconds, 1e-9)
         achieved = achieved_gflop_s(model, m.stream.batch_size, examples_per_s)
-        extras = dict(steps=m.end, start_step=m.outputs.start_step, wall_time_s=time.perf_counter() - t0,
+        extras = dict(steps=m.end, start_step=m.outputs.start_step, wall_time_s=wall_time_s,
                       examples_per_s=examples_per_s, devices=program.num_devices, parallel=c.parallel.mode,
                       model={**model, "achieved_gflop_s": achieved}, population={"members": len(run), "member": i})
         if c.trainer.ema_decay is not None:
