@@ -169,3 +169,10 @@ def test_convnet_members_with_batch_norm_equal_their_solo_runs(make_cfg):
         train(solo)
         assert_same_trajectory(cfg.paths.output_dir, solo.paths.output_dir)
         assert outcome["test"]["count"] == 359
+
+
+def test_a_member_with_a_bad_value_fails_alone(make_cfg):
+    cfgs = configs(make_cfg, "pop", "optimizer=sgd", grid=[("0.05", "0"), ("-1", "0"), ("0.05", "1")])
+    outcomes = train_population(cfgs)
+    assert isinstance(outcomes[1], UserError) and "optimizer.learning_rate must be a positive" in str(outcomes[1])
+    assert outcomes[0]["population"]["members"] == outcomes[2]["population"]["members"] == 2

@@ -39,6 +39,7 @@ def _first_step(spec: dict) -> dict:
 
 def _time_to_accuracy(spec: dict) -> dict:
     """zoo.train.train(cfg) with frequent evals; stops at the first test eval reaching the target."""
+    import zoo.outputs
     import zoo.train
     from zoo.run_logger import RunLogger
 
@@ -56,12 +57,12 @@ def _time_to_accuracy(spec: dict) -> dict:
 
     started = time.time()
     try:
-        zoo.train.RunLogger = TargetLogger
+        zoo.outputs.RunLogger = TargetLogger  # where train() opens its logger
         zoo.train.train(cfg)
     except _Reached:
         pass
     finally:
-        zoo.train.RunLogger = RunLogger
+        zoo.outputs.RunLogger = RunLogger
     end = seen.get("reached", time.time())
     return {"train_called": started, "end": end, "reached": "reached" in seen, "step": seen.get("step"),
             "best_accuracy": seen["best"], "peak_rss_mb": peak_rss_mb()}

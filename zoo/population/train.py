@@ -51,9 +51,23 @@ def check_population_settings(cfg) -> None:
 def train_population(cfgs: list, hydra_cfgs: list | None = None) -> list:
     """One outcome per config: its results (as train() returns them, without the state) or the exception that
     ended that member alone. `hydra_cfgs` are the members' Hydra configs (for their sweep trial's pruner)."""
+    hydra_cfgs = hydra_cfgs or [None] * len(cfgs)
+    outcomes, valid = [None] * len(cfgs), []
+    for i, cfg in enumerate(cfgs):
+        try:
+            validate(cfg)
+            valid.append(i)
+        except UserError as e:  # a bad value in one trial fails that trial, as it would alone
+            outcomes[i] = e
+    if valid:
+        trained = _train_valid([cfgs[i] for i in valid], [hydra_cfgs[i] for i in valid])
+        for i, outcome in zip(valid, trained):
+            outcomes[i] = outcome
+    return outcomes
+
+
+def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     t0 = time.perf_counter()
-    for cfg in cfgs:
-        validate(cfg)
     check_one_group(cfgs)
     cfg = cfgs[0]
     check_population_settings(cfg)
@@ -69,14 +83,13 @@ def train_population(cfgs: list, hydra_cfgs: list | None = None) -> list:
     initial = [create_state(model, build_optimizer(c, total_steps), c.seed) for model, c in zip(models, cfgs)]
     graphdef = initial[0][0]
     unroll = jax.default_backend() == "cpu" and any(isinstance(m, nnx.Conv) for _, m in models[0].iter_modules())
-    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, lambda h: build_optimizer(cfg, total_steps, h["optimizer"]),
-                                                   unroll=unroll)
+    optimizer = functools.partial(_member_optimizer, cfg, total_steps)
+    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, optimizer, unroll=unroll)
     if cfg.trainer.ema_decay is not None:
         eval_step = evaluating_averaged(eval_step)
     periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
     host_batches = {s: eval_batches(data.splits[s], cfg.trainer.eval_batch_size) for s in periodic_first}
     zero = zero_sums(initial[0][1], host_batches["test"][0])
-    hydra_cfgs = hydra_cfgs or [None] * len(cfgs)
     members, outcomes = [], [None] * len(cfgs)
     for i, (c, (_, host_state)) in enumerate(zip(cfgs, initial)):
         try:
@@ -105,6 +118,11 @@ def train_population(cfgs: list, hydra_cfgs: list | None = None) -> list:
     for i, m in members:
         outcomes[i] = m.error if m.error is not None else m.results
     return outcomes
+
+
+def _member_optimizer(cfg, total_steps: int, hyper: dict):
+    """A member's optax transformation, built inside the traced step from its hyperparameters."""
+    return build_optimizer(cfg, total_steps, hyper["optimizer"])
 
 
 def _padded(trees: list, size: int) -> list:
