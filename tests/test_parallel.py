@@ -8,8 +8,8 @@ from zoo.errors import UserError
 from zoo.train import train
 
 MODELS = ["linear", "mlp", "cnn"]  # cnn carries BatchNorm: under pmap its statistics are synchronised
-MODES = [("pmap", 1), ("pmap", 2), ("pmap", 8), ("sharded", 1), ("sharded", 2), ("sharded", 8),
-         ("sharded_fsdp", 2), ("sharded_fsdp", 8)]
+MODES = [("pmap", 1), ("pmap", 2), ("pmap", 4), ("sharded", 1), ("sharded", 2), ("sharded", 4),
+         ("sharded_fsdp", 2), ("sharded_fsdp", 4)]
 # dropout 0: under pmap each device draws its own mask, which is equivalent in distribution only
 # sgd: Adam divides by sqrt(v), which magnifies reduction-order rounding in the first steps
 COMMON = ["debug=smoke", "model.dropout=0.0", "trainer.batch_size=24", "trainer.max_steps=4", "trainer.log_every=1",
