@@ -45,15 +45,15 @@ def test_round_trip_of_the_full_state(make_cfg, tmp_path):
 
 def stop_at_step(monkeypatch, step: int, signum=signal.SIGTERM, times: int = 1) -> None:
     """`signum` arrives (`times` times) while the compiled call that reaches `step` runs, as a preemption would."""
-    chunk = TrainStream.chunk
+    indices = TrainStream.indices  # what every call's data comes from, resident or streamed
 
-    def chunk_then_signal(self, start, k, **padding):
+    def indices_then_signal(self, start, k, pad_to=None):
         if start < step <= start + k:
             for _ in range(times):
                 signal.raise_signal(signum)
-        return chunk(self, start, k, **padding)
+        return indices(self, start, k, pad_to)
 
-    monkeypatch.setattr(TrainStream, "chunk", chunk_then_signal)
+    monkeypatch.setattr(TrainStream, "indices", indices_then_signal)
 
 
 # (overrides, step the run stops at). K=3 steps per call reach 3, 4, 6, 8: the stop at 6 falls inside the

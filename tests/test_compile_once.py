@@ -20,7 +20,7 @@ def test_train_and_eval_steps_compile_exactly_once(make_cfg, tmp_path, mode, ste
     run = build(cfg)
     assert run.stream.steps_per_epoch == 4 and run.total_steps == 12  # 3 epochs
     state = run.compiled.mode.put_state(run.host_state)
-    state, *_ = fit(state, run.compiled, run.stream, run.eval_sets, cfg.trainer, run.total_steps,
+    state, *_ = fit(state, run.compiled, run.feed, run.eval_sets, cfg.trainer, run.total_steps,
                     RunLogger(str(tmp_path), cfg.logger, run.total_steps))
     batches, count = run.eval_sets["test"]
     assert count == 359 and len(batches) == 4  # the last eval batch holds 59 real examples, 41 padding

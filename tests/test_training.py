@@ -49,11 +49,25 @@ def test_same_seed_same_metrics(make_cfg):
     assert a["test"] == b["test"] and a["train"] == b["train"]
 
 
+@pytest.mark.parametrize("mode", ["none", "sharded"])
+def test_where_the_train_split_lives_changes_no_result(make_cfg, mode):
+    """Indices gathered from a split resident on the device(s) == batches copied from the host, bitwise."""
+    common = ("debug=smoke", "model.dropout=0.1", f"parallel.mode={mode}", "parallel.cpu_devices=2")
+    resident = build(make_cfg(*common, out="resident"))
+    streamed = build(make_cfg(*common, "parallel.device_data_mb=0", out="streamed"))
+    assert resident.feed.resident and not streamed.feed.resident
+    a = train(make_cfg(*common, out="resident"))
+    b = train(make_cfg(*common, "parallel.device_data_mb=0", out="streamed"))
+    assert a["test"] == b["test"] and a["train"] == b["train"]
+    for x, y in zip(jax.tree.leaves(a["state"].params), jax.tree.leaves(b["state"].params), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
 def params_after_one_step(run, host_state):
     compiled, mode = run.compiled, run.compiled.mode
     fresh = jax.tree.map(np.array, host_state)  # a copy: the call donates (deletes) the state it is given
     state, _ = compiled.train_chunk(mode.put_state(fresh), mode.put_replicated(compiled.zero_sums),
-                                    mode.put_chunk(run.stream.chunk(0, 1)))
+                                    *run.feed.args(0, 1))
     return jax.device_get(state.params)
 
 

@@ -34,7 +34,7 @@ class TrainerConfig:
     eval_batch_size: int = 512
     log_every: int = 50  # steps; the only routine host sync
     eval_every: int = 0  # steps; 0 = evaluate only at the end
-    steps_per_call: Optional[int] = None  # K train steps per compiled call; None: 10, or 1 for convnets on CPU
+    steps_per_call: Optional[int] = None  # the most train steps per compiled call; None: 200, 1 for convnets on CPU
     clip_norm: Optional[float] = None  # global-norm gradient clipping
     nan_check: str = "log"  # "log": at log cadence; "step": every step (debug)
     checkpoint_every: int = 0  # steps; 0 = only at the end
@@ -77,6 +77,7 @@ class ParallelConfig:
     mode: str = "none"
     cpu_devices: Optional[int] = None  # simulate (and use) N CPU devices
     fsdp: bool = False  # sharded only: shard params and optimizer state along `data`
+    device_data_mb: float = 1024  # train splits up to this size live on each device; larger ones stream
 
 
 @dataclass
@@ -229,6 +230,8 @@ def validate(cfg: DictConfig) -> None:
     _require(p.mode in PARALLEL_MODES, f"parallel.mode must be one of {PARALLEL_MODES}, got {p.mode!r}.")
     _require(cfg.distributed.mode in ("none", "explicit", "auto"),
              f"distributed.mode must be none, explicit or auto, got {cfg.distributed.mode!r}.")
+    _require(p.device_data_mb >= 0, f"parallel.device_data_mb must be >= 0 (0 streams every split from the host), "
+             f"got {p.device_data_mb}.")
     _require(p.cpu_devices is None or 0 < p.cpu_devices <= MAX_CPU_DEVICES,
              f"parallel.cpu_devices must be between 1 and {MAX_CPU_DEVICES} (or null), got {p.cpu_devices}.")
     for group in ("model", "optimizer", "schedule"):  # before any of them is instantiated

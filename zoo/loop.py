@@ -5,17 +5,21 @@ from dataclasses import dataclass
 
 from zoo.errors import UserError
 
+# The cap on steps per call. Calls run to the next log/eval/checkpoint boundary, so the periods set K below
+# it; measured in docs/benchmarks.md: whole log intervals per call run small models several times faster.
+DEFAULT_STEPS_PER_CALL = 200
+
 
 @dataclass
 class Compiled:
     """What a parallel mode produced for one run: compiled functions plus placement."""
 
     mode: object
-    train_chunk: object  # (state, acc, chunk) -> (state, acc)
+    train_chunk: object  # (state, acc, data, rows) -> (state, acc); see zoo.data.feed
     eval_step: object  # (state, acc, batch) -> acc
     zero_sums: dict  # host zeros shaped like the metric sums
     task: object
-    steps_per_call: int = 1  # K: train steps per compiled call
+    steps_per_call: int = 1  # K: the most train steps one compiled call runs
 
 
 class NonFiniteLoss(UserError):
@@ -49,10 +53,18 @@ def _next_boundary(step: int, total: int, *periods: int) -> int:
     return min([total] + [(step // p + 1) * p for p in periods if p])
 
 
-def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: int, logger, *, start_step: int = 0,
+def chunk_length(cap: int, remaining: int, *periods: int) -> int:
+    """Steps per compiled call: up to the nearest boundary, so no period needs a longer call than its own."""
+    return max(1, min([cap, remaining] + [p for p in periods if p]))
+
+
+def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int, logger, *, start_step: int = 0,
         sums=None, save=None, stop=None, on_eval=None, stop_early=None):
     """Run steps [start_step, total_steps): log every log_every, evaluate every eval_every steps.
 
+    `feed` (zoo.data.feed.TrainFeed) hands each call its steps' data. A call runs to the next log, eval or
+    checkpoint boundary, at most `steps_per_call` steps; shorter calls are padded with skipped steps to one
+    length, so every call shares one compiled program and the host syncs only when it has something to write.
     `eval_sets` maps split -> (device batches, example count); the first entry is the periodic one.
     `sums` (host) continues a partial metric interval after a resume. `save(step, host state, sums, metrics)`
     runs every cfg.checkpoint_every steps and when `stop` becomes true, after which the loop returns early.
@@ -67,23 +79,24 @@ def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: in
     checkpoint_every = cfg.checkpoint_every if save else 0
     eval_every = cfg.eval_every  # config reads cost ~14 us each: keep them out of the step loop
     periodic_split = next(iter(eval_sets))
-    acc = mode.put_replicated(compiled.zero_sums if sums is None else sums)
+    length = chunk_length(chunk_size, total_steps - start_step, log_every, eval_every, checkpoint_every)
+    zeros = mode.put_replicated(compiled.zero_sums)  # not donated by the train call: reused every interval
+    acc = zeros if sums is None else mode.put_replicated(sums)
     step, last_logged, train_metrics, last_finite, ended = start_step, start_step, {}, None, False
     t_start = t_log = time.perf_counter()
     while step < total_steps:
-        k = min(chunk_size, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
-        # padded to chunk_size rows that the step skips: one compiled shape, whatever the periods
-        state, acc = compiled.train_chunk(state, acc, mode.put_chunk(stream.chunk(step, k, pad_to=chunk_size)))
+        k = min(length, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
+        state, acc = compiled.train_chunk(state, acc, *feed.args(step, k, pad_to=length))
         step += k
         eval_metrics = None
         if step % log_every == 0 or step == total_steps:
             train_metrics = compiled.task.metrics(mode.get(acc))  # the routine host sync
             _check_finite(train_metrics, step, last_finite,
-                          stream.position(step - 1) if cfg.nan_check == "step" else None)
+                          feed.position(step - 1) if cfg.nan_check == "step" else None)
             last_finite = train_metrics["loss"]
-            acc = mode.put_replicated(compiled.zero_sums)
+            acc = zeros
             now = time.perf_counter()
-            examples_per_s = (step - last_logged) * stream.batch_size / max(now - t_log, 1e-9)
+            examples_per_s = (step - last_logged) * feed.batch_size / max(now - t_log, 1e-9)
             logger.log(step, "train", {**train_metrics, "examples_per_s": examples_per_s})
             logger.progress(step, train_metrics["loss"], examples_per_s)
             t_log, last_logged = now, step
@@ -101,7 +114,7 @@ def fit(state, compiled: Compiled, stream, eval_sets: dict, cfg, total_steps: in
                               f"{metric_summary(eval_metrics)})")
         if stop or ended:
             break
-    examples_per_s = (step - start_step) * stream.batch_size / max(time.perf_counter() - t_start, 1e-9)
+    examples_per_s = (step - start_step) * feed.batch_size / max(time.perf_counter() - t_start, 1e-9)
     return state, train_metrics, examples_per_s, step
 
 

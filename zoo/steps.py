@@ -22,7 +22,7 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
     mean-loss gradient when given (DP-SGD: zoo.privacy.gradients).
 
     `tx` is an optax transformation, or a function of hyperparameters returning one: then train_chunk takes the
-    hyperparameters as its fourth argument (a population's members, each with its own, in one program), and a
+    hyperparameters as its `hyper` argument (a population's members, each with its own, in one program), and a
     `dropout` entry among them sets the rate of the model's Dropout layers."""
     optimizer = (lambda hyper: tx) if isinstance(tx, optax.GradientTransformation) else tx
 
@@ -64,14 +64,17 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
             return jax.tree.map(lambda new, old: jnp.where(active, new, old), step(carry), carry)
         return jax.lax.cond(active, step, lambda carry: carry, carry)
 
-    def train_chunk(state, acc, batches, hyper=None):
-        """K ordinary steps in one compiled call; batches are stacked (K, B, ...).
+    def train_chunk(state, acc, batches, rows=None, hyper=None):
+        """K ordinary steps in one compiled call; batches are stacked (K, B, ...), or, with the train split
+        resident on the device as `rows` {"x", "y"} (N, ...), indices {"idx", "mask"} (K, B) gathered here.
 
         `unroll` traces the K steps one after another instead of a lax.scan: XLA:CPU runs convolutions
         inside a while loop ~15x slower (measured 290 ms vs 18 ms per CNN step). Unrolling costs compile
         time that grows with K, so scan stays the choice for everything else. Unrolled padding rows are
         computed and discarded; convnets default to K=1, which never pads.
         """
+        if rows:
+            batches = {"x": rows["x"][batches["idx"]], "y": rows["y"][batches["idx"]], "mask": batches["mask"]}
         active = reduce(jnp.any(batches["mask"] > 0, axis=1).astype(jnp.int32)) > 0  # (K,), same on every device
         if unroll:
             for i in range(active.shape[0]):

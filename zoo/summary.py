@@ -43,9 +43,8 @@ def summarize(run, state, flops: bool = True) -> dict:
     if not flops:
         return counts
     acc = mode.put_replicated(compiled.zero_sums)
-    return {**counts, **step_flops(compiled.train_chunk, compiled.eval_step, state, acc,
-                                   mode.put_chunk(run.stream.chunk(0, 1)), next(iter(run.eval_sets.values()))[0][0],
-                                   mode.num_devices)}
+    return {**counts, **step_flops(compiled.train_chunk, compiled.eval_step, state, acc, run.feed.args(0, 1),
+                                   next(iter(run.eval_sets.values()))[0][0], mode.num_devices)}
 
 
 def count_parameters(params) -> dict:
@@ -54,9 +53,10 @@ def count_parameters(params) -> dict:
             "layers": {name: n for name, (n, _) in layers.items()}}
 
 
-def step_flops(train_chunk, eval_step, state, acc, one_step_chunk, eval_batch, devices: int) -> dict:
-    """FLOPs of one train step (a chunk of one) and of one eval example, summed over `devices`."""
-    train_flops = xla_flops(train_chunk, state, acc, one_step_chunk)
+def step_flops(train_chunk, eval_step, state, acc, one_step_args: tuple, eval_batch, devices: int) -> dict:
+    """FLOPs of one train step (a chunk of one: `one_step_args` follow state and acc) and of one eval example,
+    summed over `devices`."""
+    train_flops = xla_flops(train_chunk, state, acc, *one_step_args)
     eval_flops = xla_flops(eval_step, state, acc, eval_batch)
     eval_rows = int(np.size(eval_batch["mask"]))
     return {"train_step_flops": None if train_flops is None else train_flops * devices,

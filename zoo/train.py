@@ -10,8 +10,9 @@ from omegaconf import DictConfig
 
 from zoo.config import validate
 from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
+from zoo.data.feed import TrainFeed, fits_on_device
 from zoo.errors import UserError
-from zoo.loop import Compiled, evaluate, fit, total_steps_for
+from zoo.loop import DEFAULT_STEPS_PER_CALL, Compiled, evaluate, fit, total_steps_for
 from zoo.ema import evaluating_averaged
 from zoo.optim import build_optimizer, check_run_length
 from zoo.outputs import open_outputs
@@ -35,6 +36,7 @@ class Run:
 
     data: Dataset
     stream: TrainStream
+    feed: TrainFeed  # the stream as compiled calls take it: indices into a resident split, or host batches
     host_state: TrainState  # unreplicated, as checkpoints store it
     compiled: Compiled
     eval_sets: dict  # split -> (device batches, example count); the periodic split first
@@ -94,12 +96,12 @@ def build(cfg: DictConfig) -> Run:
     periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
     host_batches = {s: eval_batches(data.splits[s], eval_batch_size) for s in periodic_first}
     train_fn, eval_fn = mode.compile(train_chunk, eval_step, host_state)
-    # Measured (docs/benchmarks.md): K=10 runs linear ~2x and MLP ~1.2x faster than one step per call;
-    # unrolled convnets pay compile time per step instead, so they keep K=1.
-    steps_per_call = cfg.trainer.steps_per_call or (1 if unroll else 10)
+    # unrolled convnets pay compile time per step instead, so they keep K=1
+    steps_per_call = cfg.trainer.steps_per_call or (1 if unroll else DEFAULT_STEPS_PER_CALL)
     compiled = Compiled(mode, train_fn, eval_fn, zero_sums(host_state, host_batches["test"][0]), task, steps_per_call)
     eval_sets = {s: ([mode.put_batch(b) for b in batches], len(data.splits[s])) for s, batches in host_batches.items()}
-    return Run(data, stream, host_state, compiled, eval_sets, total_steps, privacy)
+    feed = TrainFeed(stream, mode, fits_on_device(stream.split, cfg.parallel.device_data_mb))
+    return Run(data, stream, feed, host_state, compiled, eval_sets, total_steps, privacy)
 
 
 def train(cfg: DictConfig) -> dict:
@@ -118,7 +120,7 @@ def train(cfg: DictConfig) -> dict:
     try:
         with stop_on_signals() as stop:
             state, train_metrics, examples_per_s, step = fit(
-                state, compiled, run.stream, run.eval_sets, cfg.trainer, out.end_step, out.logger,
+                state, compiled, run.feed, run.eval_sets, cfg.trainer, out.end_step, out.logger,
                 start_step=out.start_step, sums=out.sums, save=out.save, stop=stop,
                 on_eval=eval_reporter(cfg, compiled.task), stop_early=out.early.update if out.early else None)
         if stop:

@@ -43,11 +43,11 @@ def time_mode(base: list, steps: int) -> dict:
     mode, compiled = run.compiled.mode, run.compiled
     state, acc = mode.put_state(run.host_state), mode.put_replicated(compiled.zero_sums)
     t0 = time.perf_counter()
-    state, acc = compiled.train_chunk(state, acc, mode.put_chunk(run.stream.chunk(0, 1)))
+    state, acc = compiled.train_chunk(state, acc, *run.feed.args(0, 1))
     jax.block_until_ready(acc)
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    state, *_ = fit(state, compiled, run.stream, run.eval_sets, cfg.trainer, steps + 1, _Quiet(), start_step=1)
+    state, *_ = fit(state, compiled, run.feed, run.eval_sets, cfg.trainer, steps + 1, _Quiet(), start_step=1)
     jax.block_until_ready(state)
     return {"compile_s": compile_s, "steps_per_s": steps / (time.perf_counter() - t0)}
 

@@ -31,24 +31,24 @@ def dp_step_rows(kind: str, rounds: int, steps: int, data_dir: str, work: str) -
                                 os.path.join(work, "private")))
     box = {}
 
-    def steps_of(name, run, stream):
+    def steps_of(name, run, feed=None):
         mode, compiled = run.compiled.mode, run.compiled
-        chunks = [mode.put_chunk(stream.chunk(s, 1)) for s in range(steps)]
+        chunks = [(feed or run.feed).args(s, 1) for s in range(steps)]
         # host copies: each timed loop donates its own state buffers
         box[name] = (mode.put_state(jax.device_get(run.host_state)), mode.put_replicated(compiled.zero_sums))
 
         def go():
             state, acc = box[name]
             for chunk in chunks:
-                state, acc = compiled.train_chunk(state, acc, chunk)
+                state, acc = compiled.train_chunk(state, acc, *chunk)
             box[name] = (state, acc)
             return jax.block_until_ready(state)
 
         return go
 
-    t = interleave({"plain": steps_of("plain", plain, plain.stream),
-                    "dp": steps_of("dp", private, private.stream),
-                    "dp_same_rows": steps_of("dp_same_rows", private, plain.stream)}, rounds)
+    t = interleave({"plain": steps_of("plain", plain),
+                    "dp": steps_of("dp", private),
+                    "dp_same_rows": steps_of("dp_same_rows", private, plain.feed)}, rounds)
     ms = {name: 1e3 * median(v) / steps for name, v in t.items()}
     return [row(f"dp_step/{kind}", ratios(t["dp"], t["plain"]), "x", target=("<=", 2.0),
                 note=f"DP {ms['dp']:.2f} ms ({private.stream.rows} rows, 128 expected) vs {ms['plain']:.2f} ms; "

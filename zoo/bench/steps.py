@@ -62,10 +62,10 @@ def step_benchmarks(kind: str, sizes, where) -> list:
 
     # 4. compile times (zoo train and eval step; the reference step for comparison)
     host = [stream.chunk(s, 1) for s in range(max(sizes.steps[kind], sizes.loop_steps.get(kind, 0)))]
-    chunks = [mode.put_chunk(h) for h in host]
+    chunks = [run.feed.args(s, 1) for s in range(len(host))]  # what the loop hands a one-step call
     ref_batches = [(jax.device_put(h["x"][0]), jax.device_put(h["y"][0])) for h in host]
     eval_batch = run.eval_sets["test"][0][0]
-    train_s = _aot_seconds(compiled.train_chunk, state, acc, chunks[0])
+    train_s = _aot_seconds(compiled.train_chunk, state, acc, *chunks[0])
     eval_s = _aot_seconds(compiled.eval_step, state, mode.put_replicated(compiled.zero_sums), eval_batch)
     ref_s = _aot_seconds(ref_step, ref_state, *ref_batches[0])
     rows = [row(f"compile/{kind}/train", train_s, "s", note=f"reference step {ref_s:.2f} s", reference_s=ref_s),
@@ -81,7 +81,7 @@ def step_benchmarks(kind: str, sizes, where) -> list:
         def go():
             s, a = box["zoo"]
             for chunk in chunks[:count]:
-                s, a = compiled.train_chunk(s, a, chunk)
+                s, a = compiled.train_chunk(s, a, *chunk)
             box["zoo"] = (s, a)
             return s, a
 
@@ -97,7 +97,7 @@ def step_benchmarks(kind: str, sizes, where) -> list:
     t = interleave({"zoo": zoo_steps(n), "ref": ref_steps}, sizes.rounds[kind])
     zoo_ms, ref_ms = [1e3 * v for v in per_step(t["zoo"], n)], [1e3 * v for v in per_step(t["ref"], n)]
     rows.append(row(f"step_ratio/{kind}", ratios(t["ref"], t["zoo"]), "x",
-                    target=(">=", 0.95) if kind != "linear" else None,
+                    target=(">=", 0.95 if kind != "linear" else 0.8),
                     note=f"zoo {median(zoo_ms):.3f} vs reference {median(ref_ms):.3f} ms/step, batch {batch_size}",
                     zoo_ms=zoo_ms, ref_ms=ref_ms, steps_per_round=n))
     if kind in TWIN_KINDS:
@@ -110,12 +110,12 @@ def step_benchmarks(kind: str, sizes, where) -> list:
     logger = RunLogger(out_dir, cfg.logger, n)
 
     def loop():
-        s = fit(box["zoo"][0], compiled, stream, run.eval_sets, cfg.trainer, n, logger)[0]
+        s = fit(box["zoo"][0], compiled, run.feed, run.eval_sets, cfg.trainer, n, logger)[0]
         box["zoo"] = (s, box["zoo"][1])
         return s
 
     def pipeline():
-        return [mode.put_chunk(stream.chunk(s, 1)) for s in range(n)]
+        return [run.feed.args(s, 1) for s in range(n)]
 
     t = interleave({"loop": loop, "isolated": zoo_steps(n), "pipeline": pipeline}, sizes.loop_rounds)
     logger.close("accuracy")

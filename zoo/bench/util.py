@@ -29,7 +29,7 @@ class Sizes:
     steps: dict = dataclasses.field(default_factory=lambda: {"mlp": 20, "cnn": 2, "linear": 300})
     loop_steps: dict = dataclasses.field(default_factory=lambda: {"mlp": 100, "linear": 1000})
     loop_rounds: int = 7
-    chunk_ks: tuple = (1, 2, 4, 8, 16)
+    chunk_ks: tuple = (1, 4, 16, 50)  # 50: the default, a call to the next log boundary
     chunk_steps: dict = dataclasses.field(default_factory=lambda: {"linear": 1600, "mlp": 400})
     chunk_rounds: int = 5
     chunk_mlp_hidden: tuple = (256, 256)  # conf/model/mlp.yaml

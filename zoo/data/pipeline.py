@@ -116,24 +116,28 @@ class TrainStream:
 
     def _order_for(self, epoch: int) -> np.ndarray:
         if epoch != self._epoch:
-            self._epoch, self._order = epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.split))
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.split))
+            self._epoch, self._order = epoch, order.astype(np.int32)
         return self._order
 
     def position(self, step: int) -> tuple:
         return divmod(step, self.steps_per_epoch)  # (epoch, index in epoch)
 
     def indices(self, step: int, k: int, pad_to: int | None = None) -> tuple:
-        """Example indices (k, B) of the batches of steps [step, step + k) and their mask (k, B).
+        """Example indices (k, B) int32 of the batches of steps [step, step + k) and their mask (k, B).
 
         `pad_to` appends copies of the last batch with mask 0 up to that many rows: the train step skips
         them, so a call of fewer steps keeps the compiled shape."""
-        rows = []
-        for s in range(step, step + k):
-            epoch, i = self.position(s)
-            rows.append(self._order_for(epoch)[i * self.batch_size:(i + 1) * self.batch_size])
-        padding = max((pad_to or k) - k, 0)
-        idx = np.stack(rows + rows[-1:] * padding)
-        mask = np.repeat(np.arange(k + padding) < k, self.batch_size).reshape(idx.shape).astype(np.float32)
+        rows, b, done = max(pad_to or k, k), self.batch_size, 0
+        idx = np.empty((rows, b), np.int32)
+        while done < k:  # one slice per epoch touched
+            epoch, i = self.position(step + done)
+            m = min(k - done, self.steps_per_epoch - i)
+            idx[done:done + m] = self._order_for(epoch)[i * b:(i + m) * b].reshape(m, b)
+            done += m
+        idx[k:] = idx[k - 1]
+        mask = np.zeros((rows, b), np.float32)
+        mask[:k] = 1.0
         return idx, mask
 
     def chunk(self, step: int, k: int, pad_to: int | None = None) -> dict:

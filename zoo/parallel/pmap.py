@@ -24,7 +24,8 @@ class PmapMode:
 
     def compile(self, train_chunk, eval_step, state):
         kw = dict(axis_name=self.axis_name, devices=self.devices)
-        return jax.pmap(train_chunk, donate_argnums=(0, 1), **kw), jax.pmap(eval_step, donate_argnums=1, **kw)
+        # the train accumulator is not donated: one placed zero accumulator starts every log interval
+        return jax.pmap(train_chunk, donate_argnums=0, **kw), jax.pmap(eval_step, donate_argnums=1, **kw)
 
     def _put(self, tree):
         return jax.device_put(tree, self.stacked)
@@ -34,13 +35,14 @@ class PmapMode:
         return self._put(jax.tree.map(stack, jax.device_get(tree)))
 
     put_state = put_replicated
+    put_rows = put_replicated  # every device gathers its slice of each batch from its own copy of the split
 
     def _split(self, x, axis):
         # (..., B, rest) -> (D, ..., B/D, rest): device d gets the d-th contiguous slice of every batch
         shape = x.shape[:axis] + (self.num_devices, x.shape[axis] // self.num_devices) + x.shape[axis + 1:]
         return np.moveaxis(x.reshape(shape), axis, 0)
 
-    def put_chunk(self, chunk):  # (K, B, ...)
+    def put_chunk(self, chunk):  # (K, B, ...) batches or (K, B) indices
         return self._put(jax.tree.map(lambda x: self._split(np.asarray(x), 1), chunk))
 
     def put_batch(self, batch):  # (B, ...)

@@ -40,8 +40,11 @@ class ShardedMode:
 
     def compile(self, train_chunk, eval_step, state):
         state_sh = self.state_sharding(state)
-        train = jax.jit(train_chunk, in_shardings=(state_sh, self.replicated, self.chunk_sharding),
-                        out_shardings=(state_sh, self.replicated), donate_argnums=(0, 1))
+        # A resident split is replicated, so each device gathers its columns of the (K, B) indices locally;
+        # split by rows, every step would need a cross-device gather. The accumulator is not donated: one
+        # placed zero accumulator starts every log interval.
+        train = jax.jit(train_chunk, in_shardings=(state_sh, self.replicated, self.chunk_sharding, self.replicated),
+                        out_shardings=(state_sh, self.replicated), donate_argnums=0)
         evaluate = jax.jit(eval_step, in_shardings=(state_sh, self.replicated, self.batch_sharding),
                            out_shardings=self.replicated, donate_argnums=1)
         return train, evaluate
@@ -61,7 +64,9 @@ class ShardedMode:
     def put_replicated(self, tree):
         return jax.tree.map(lambda x: self._put(x, self.replicated), jax.device_get(tree))
 
-    def put_chunk(self, chunk):  # (K, B, ...)
+    put_rows = put_replicated  # (N, ...): each process places the whole split on its own devices
+
+    def put_chunk(self, chunk):  # (K, B, ...) batches or (K, B) indices: each process places its columns
         return jax.tree.map(lambda x: self._put(x, self.chunk_sharding, batch_axis=1), chunk)
 
     def put_batch(self, batch):  # (B, ...)

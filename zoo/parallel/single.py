@@ -14,16 +14,18 @@ class SingleDevice:
         return model
 
     def compile(self, train_chunk, eval_step, state):
-        # state and accumulators are donated: their buffers are reused in place
-        return jax.jit(train_chunk, donate_argnums=(0, 1)), jax.jit(eval_step, donate_argnums=1)
+        # The state is donated: its buffers are reused in place. The train accumulator is not, so one placed
+        # zero accumulator starts every log interval (placing fresh zeros costs ~0.4 ms).
+        return jax.jit(train_chunk, donate_argnums=0), jax.jit(eval_step, donate_argnums=1)
 
     def put_state(self, tree):
         return jax.device_put(tree, self.device)
 
     put_replicated = put_state
     put_batch = put_state  # (B, ...): eval batches are placed once
+    put_rows = put_state  # (N, ...): a resident train split, placed once
 
-    def put_chunk(self, chunk):  # (K, B, ...)
+    def put_chunk(self, chunk):  # (K, B, ...) batches or (K, B) indices
         return chunk  # numpy straight into the jitted call: ~7 us per array against ~70 us for device_put
 
     def get(self, tree):

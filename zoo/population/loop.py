@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from zoo.loop import NonFiniteLoss, TrialPruned, _check_finite, _next_boundary, metric_summary
+from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, _check_finite, _next_boundary,
+                      chunk_length, metric_summary)
 from zoo.population.program import member
 
 log = logging.getLogger("zoo")
@@ -33,7 +34,7 @@ class Member:
 
 
 def fit_population(program, states, accs, members: list, hyper, cfg, total_steps: int, task, eval_set, stop,
-                   steps_per_call: int = 10):
+                   steps_per_call: int = DEFAULT_STEPS_PER_CALL):
     """Train every member to its end; returns (stacked device states, the last step run).
 
     `accs` holds each member's partial metric sums (restored ones after a resume). `eval_set` is the periodic
@@ -45,10 +46,11 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     for m in members:
         m.end = m.outputs.end_step
     step = min([m.outputs.start_step for m in members if m.error is None] + [total_steps])
+    length = chunk_length(chunk_size, total_steps - step, log_every, eval_every, checkpoint_every)
     interval_start, t_log = step, time.perf_counter()
     while step < total_steps and any(m.error is None and step < m.end for m in members):
-        k = min(chunk_size, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
-        idx, mask = _member_rows(members, step, k, chunk_size, program.size)
+        k = min(length, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
+        idx, mask = _member_rows(members, step, k, length, program.size)
         states, accs = program.train_chunk(states, accs, idx, mask, hyper)
         step += k
         saved_states = None

@@ -18,14 +18,11 @@ class PopulationProgram:
         mesh = Mesh(np.array(devices), ("population",))
         self.members = NamedSharding(mesh, P("population"))  # leading axis: one slice of members per device
         self.replicated = NamedSharding(mesh, P())
-        self.x, self.y = (jax.device_put(a, self.replicated) for a in (train_split.x, train_split.y))
-
-        def train(states, accs, x, y, idx, mask, hyper):
-            batches = {"x": x[idx], "y": y[idx], "mask": mask}  # (N, K, B, ...) gathered on the device
-            return jax.vmap(train_chunk)(states, accs, batches, hyper)
-
+        self.rows = jax.device_put({"x": train_split.x, "y": train_split.y}, self.replicated)
+        # every member gathers its (K, B) batches from the one resident split
+        members_train = jax.vmap(train_chunk, in_axes=(0, 0, 0, None, 0))
         m, r = self.members, self.replicated
-        self._train = jax.jit(train, in_shardings=(m, m, r, r, m, m, m), out_shardings=(m, m),
+        self._train = jax.jit(members_train, in_shardings=(m, m, m, r, m), out_shardings=(m, m),
                               donate_argnums=(0, 1))
         self._eval = jax.jit(jax.vmap(eval_step, in_axes=(0, 0, None)), in_shardings=(m, m, r),
                              out_shardings=m, donate_argnums=1)
@@ -40,7 +37,7 @@ class PopulationProgram:
         return jax.device_put(tree, self.replicated)
 
     def train_chunk(self, states, accs, idx, mask, hyper):
-        return self._train(states, accs, self.x, self.y, idx, mask, hyper)
+        return self._train(states, accs, {"idx": idx, "mask": mask}, self.rows, hyper)
 
     def eval_step(self, states, accs, batch):
         return self._eval(states, accs, batch)

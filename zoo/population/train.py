@@ -17,7 +17,7 @@ from zoo.config import validate
 from zoo.data import TrainStream, eval_batches
 from zoo.ema import evaluating_averaged
 from zoo.errors import UserError
-from zoo.loop import total_steps_for
+from zoo.loop import DEFAULT_STEPS_PER_CALL, total_steps_for
 from zoo.optim import build_optimizer, check_run_length, hyperparameters
 from zoo.outputs import open_outputs
 from zoo.parallel import select_devices
@@ -106,12 +106,12 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     model = count_parameters(initial[0][1].params)
     if cfg.logger.summary:  # FLOPs of one member's solo step: what each member's results.json reports
         solo_step = jax.jit(functools.partial(train_chunk, hyper=hyperparameters(cfg)))
-        model.update(step_flops(solo_step, jax.jit(eval_step), initial[0][1], zero, streams[0].chunk(0, 1),
+        model.update(step_flops(solo_step, jax.jit(eval_step), initial[0][1], zero, (streams[0].chunk(0, 1),),
                                 next(iter(host_batches.values()))[0], 1))
     model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
     try:
         _train(program, run, [cfgs[i] for i, _ in members], task, total_steps, eval_sets, model, t0,
-               steps_per_call=1 if unroll else 10)  # zoo.train's choice, for the same reason
+               steps_per_call=1 if unroll else DEFAULT_STEPS_PER_CALL)  # zoo.train's choice, for the same reason
     finally:
         for m in run:
             m.outputs.close()

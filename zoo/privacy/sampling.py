@@ -42,12 +42,17 @@ class PoissonStream:
         rng = np.random.default_rng([self.seed, SAMPLING_STREAM, step])
         return np.flatnonzero(rng.random(len(self.split)) < self.q)[:self.rows]
 
-    def chunk(self, step: int, k: int, pad_to: int | None = None) -> dict:
-        """Batches for steps [step, step + k), stacked: x (k, rows, ...), y (k, rows, ...), mask (k, rows);
-        `pad_to` appends all-padding steps up to that many, as TrainStream.chunk does."""
-        idx = np.zeros((max(pad_to or k, k), self.rows), np.int64)
+    def indices(self, step: int, k: int, pad_to: int | None = None) -> tuple:
+        """Example indices (k, rows) and mask (k, rows) of steps [step, step + k); `pad_to` appends
+        all-padding steps up to that many, as TrainStream.indices does."""
+        idx = np.zeros((max(pad_to or k, k), self.rows), np.int32)
         mask = np.zeros(idx.shape, np.float32)
         for i in range(k):
             chosen = self.sample(step + i)
             idx[i, :len(chosen)], mask[i, :len(chosen)] = chosen, 1.0
+        return idx, mask
+
+    def chunk(self, step: int, k: int, pad_to: int | None = None) -> dict:
+        """The batches of `indices`, stacked: x (k, rows, ...), y (k, rows, ...), mask (k, rows)."""
+        idx, mask = self.indices(step, k, pad_to)
         return {"x": self.split.x[idx], "y": self.split.y[idx], "mask": mask}

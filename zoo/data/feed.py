@@ -1,0 +1,42 @@
+"""The train stream as a compiled call receives it.
+
+A train split within `parallel.device_data_mb` is placed on the device(s) once; each call then receives only
+the batch indices and masks of its steps and gathers there. A larger split streams: each call receives its
+batches copied from the host. Both give every step the same examples in the same order, so where the data
+lives changes no result.
+"""
+import numpy as np
+
+MB = 2**20
+
+
+def fits_on_device(split, limit_mb: float) -> bool:
+    """Whether one copy of the split's inputs and targets is within the per-device limit."""
+    return split.x.nbytes + split.y.nbytes <= limit_mb * MB
+
+
+class TrainFeed:
+    """`args(step, k, pad_to)`: what a compiled train call takes after (state, acc) for steps [step, step + k).
+
+    That is (data, rows): indices {"idx", "mask"} (K, B) and the resident split {"x", "y"} (N, ...), or the
+    stacked batches {"x", "y", "mask"} (K, B, ...) and no rows. See zoo.steps.train_chunk.
+    """
+
+    def __init__(self, stream, mode, resident: bool):
+        self.stream, self.mode, self.resident = stream, mode, resident
+        self.batch_size, self.position = stream.batch_size, stream.position
+        self._rows = None if resident else {}
+
+    @property
+    def rows(self) -> dict:
+        """The train split on the device(s), placed at first use: an eval-only run never places it."""
+        if self._rows is None:
+            split = self.stream.split
+            self._rows = self.mode.put_rows({"x": np.asarray(split.x), "y": np.asarray(split.y)})
+        return self._rows
+
+    def args(self, step: int, k: int, pad_to: int | None = None) -> tuple:
+        if self.resident:
+            idx, mask = self.stream.indices(step, k, pad_to)
+            return self.mode.put_chunk({"idx": idx, "mask": mask}), self.rows
+        return self.mode.put_chunk(self.stream.chunk(step, k, pad_to)), self.rows
