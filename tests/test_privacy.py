@@ -17,7 +17,9 @@ from zoo.data import load_dataset
 from zoo.errors import UserError
 from zoo.preemption import Preempted
 from zoo.privacy.gradients import make_private_gradients, per_example_grads
+from zoo.privacy import ghost
 from zoo.privacy.plan import plan_privacy
+from zoo.privacy.sampling import chunk_bounds
 from zoo.run_logger import RunLogger
 from zoo.state import create_state
 from zoo.steps import make_steps
@@ -95,6 +97,78 @@ def test_every_clipped_example_gradient_is_within_l2_clip(make_cfg):
         np.testing.assert_allclose(clipped, min(raw_norm, clip), rtol=1e-5)
         norms.append(raw_norm)
     assert sum(n > clip for n in norms) >= 4
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_ghost_clipping_equals_clipping_materialised_per_example_gradients(make_cfg, model):
+    batch, graphdef, state, task = parts(make_cfg, model)
+    batch = dict(batch, x=batch["x"] * 20.0, mask=np.array([1, 1, 1, 1, 1, 1, 0, 0], np.float32))  # most clipped
+    sums = {}
+    for ghost in (True, False):
+        gradients = make_private_gradients(graphdef, task, l2_clip=0.5, noise_multiplier=0.0, expected_batch_size=1,
+                                           ghost_clipping=ghost)
+        sums[ghost] = jax.jit(gradients)(state, batch)[0]
+    raw, _ = per_example_grads(graphdef, task, state.params, state.model_state, batch,
+                               jax.random.split(jax.random.key(0), 8))
+    assert sum(tree_norm(jax.tree.map(lambda g: g[i], raw)) > 0.5 for i in range(6)) >= 3
+    for got, want in zip(jax.tree.leaves(sums[True]), jax.tree.leaves(sums[False])):
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_ghost_clipping_covers_linear_and_conv_layers_only():
+    class Normed(nnx.Module):
+        def __init__(self, rngs):
+            self.dense, self.norm = nnx.Linear(4, 3, rngs=rngs), nnx.LayerNorm(3, rngs=rngs)
+
+    from zoo.models import CNN, MLP
+    assert ghost.supports(MLP((8, 8, 1), 10, rngs=nnx.Rngs(0)))
+    assert ghost.supports(CNN((8, 8, 1), 10, batch_norm=False, rngs=nnx.Rngs(0)))
+    assert not ghost.supports(Normed(nnx.Rngs(0)))  # its gradients come from vmap(grad)
+
+
+@pytest.mark.parametrize("conv", [dict(strides=2, padding="VALID"), dict(kernel_dilation=2, padding=((1, 2), (0, 1))),
+                                  dict(padding="SAME", use_bias=False, kernel_size=(2, 3))])
+def test_ghost_clipping_follows_strides_dilation_and_padding(conv):
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.conv = nnx.Conv(2, 3, **{"kernel_size": (3, 3), **conv}, rngs=rngs)
+            self.head = nnx.Linear(1, 4, rngs=rngs)
+
+        def __call__(self, x, *, train=False, rngs=None):
+            return self.head(jnp.mean(self.conv(x), axis=(1, 2, 3))[:, None])
+
+    graphdef, params, rest = nnx.split(Net(nnx.Rngs(0)), nnx.Param, ...)
+    batch = {"x": jax.random.normal(jax.random.key(1), (5, 9, 8, 2)) * 5, "y": np.arange(5) % 4,
+             "mask": np.ones(5, np.float32)}
+    task, key = TASKS["classification"], jax.random.key(0)
+    got, _ = ghost.clipped_gradient_sum(graphdef, task, params, rest, batch, key, 0.1)
+    raw, _ = per_example_grads(graphdef, task, params, rest, batch, jax.random.split(key, 5))
+    want, _ = optax.per_example_global_norm_clip(raw, 0.1)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(g, w, atol=1e-6, rtol=1e-5)
+
+
+def test_chunks_that_skip_padding_give_the_one_pass_result(make_cfg):
+    batch, graphdef, state, task = parts(make_cfg, "cnn")
+    batch["mask"] = np.array([1, 1, 1, 1, 0, 0, 0, 0], np.float32)  # sampled examples first, as PoissonStream
+    results = {}
+    for chunks in (None, [0, 2, 4, 6, 8], [0, 3, 5, 8]):  # a chunk of padding only; one with sampled and padding
+        gradients = make_private_gradients(graphdef, task, l2_clip=1.0, noise_multiplier=0.0, expected_batch_size=4,
+                                           chunks=chunks)
+        results[str(chunks)] = jax.jit(gradients)(state, batch)[:2]
+    one_pass = results.pop("None")
+    assert tree_norm(one_pass[0]) > 1e-3
+    for grads, sums in results.values():
+        for got, want in zip(jax.tree.leaves((grads, sums)), jax.tree.leaves(one_pass)):
+            np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_chunk_bounds_start_with_the_rows_a_sample_almost_always_fills():
+    assert chunk_bounds(128, 220) == [0, 104, 152, 200, 220]
+    for expected, rows in [(1, 9), (16, 16), (64, 120), (1000, 1200)]:
+        bounds = chunk_bounds(expected, rows)
+        assert bounds[0] == 0 and bounds[-1] == rows and all(a < b for a, b in zip(bounds, bounds[1:]))
+        assert bounds[1] <= max(8, expected)
 
 
 def test_noise_has_the_configured_standard_deviation(make_cfg):

@@ -87,7 +87,7 @@ def build(cfg: DictConfig) -> Run:
     tx = build_optimizer(cfg, total_steps)
     graphdef, host_state = create_state(model, tx, cfg.seed)
     unroll = jax.default_backend() == "cpu" and any(isinstance(m, nnx.Conv) for _, m in model.iter_modules())
-    gradients = privacy.gradients(model, graphdef, task, mode.axis_name) if privacy else None
+    gradients = privacy.gradients(model, graphdef, task, mode.axis_name, mode.num_devices, unroll) if privacy else None
     train_chunk, eval_step, zero_sums = make_steps(graphdef, task, tx, mode.axis_name, unroll=unroll,
                                                    gradients=gradients)
     if cfg.trainer.ema_decay is not None:  # every eval (periodic, final, eval.py) scores the averaged parameters

@@ -10,7 +10,7 @@ from flax import nnx
 from zoo.errors import UserError
 from zoo.privacy import accountant as acc
 from zoo.privacy.gradients import make_private_gradients
-from zoo.privacy.sampling import PoissonStream, max_batch_size
+from zoo.privacy.sampling import PoissonStream, chunk_bounds, max_batch_size
 
 log = logging.getLogger("zoo")
 
@@ -45,13 +45,17 @@ class PrivacyPlan:
                 "overflow_probability": self.overflow_probability, "target_epsilon": self.target_epsilon,
                 "stopped_by_budget": self.total_steps < self.planned_steps}
 
-    def gradients(self, model: nnx.Module, graphdef, task, axis_name=None):
-        """The train step's DP-SGD gradient; refuses layers that mix the examples of a batch."""
+    def gradients(self, model: nnx.Module, graphdef, task, axis_name=None, num_devices: int = 1,
+                  chunked: bool = False):
+        """The train step's DP-SGD gradient; refuses layers that mix the examples of a batch. `chunked` (convnets
+        on CPU, zoo.privacy.gradients) skips chunks of padding rows on one device; across devices a chunk would
+        span several of them."""
         if any(isinstance(m, nnx.BatchNorm) for _, m in model.iter_modules()):
             raise UserError("privacy=dpsgd needs per-example gradients, which BatchNorm mixes across the batch; "
                             "set model.batch_norm=false or use a model without BatchNorm.")
+        chunks = chunk_bounds(self.stream.batch_size, self.rows) if chunked and num_devices == 1 else None
         return make_private_gradients(graphdef, task, l2_clip=self.l2_clip, noise_multiplier=self.noise_multiplier,
-                                      expected_batch_size=self.stream.batch_size, axis_name=axis_name)
+                                      expected_batch_size=self.stream.batch_size, axis_name=axis_name, chunks=chunks)
 
 
 def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Optional[PrivacyPlan]:

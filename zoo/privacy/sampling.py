@@ -7,6 +7,8 @@ the first `max_batch_size` of them. That truncation changes the output distribut
 probability p that any step overflows, so (epsilon, delta_accountant)-DP Poisson sampling becomes
 (epsilon, delta_accountant + (1 + e^epsilon) p)-DP; `max_batch_size` is chosen to keep that term small.
 """
+import math
+
 import numpy as np
 from scipy import stats
 
@@ -19,6 +21,18 @@ def max_batch_size(n: int, q: float, steps: int, overflow_probability: float, mu
     rows = int(stats.binom.isf(overflow_probability / max(steps, 1), n + 1, q))
     rows = min(-(-rows // multiple) * multiple, -(-(n + 1) // multiple) * multiple)
     return rows, float(min(1.0, steps * stats.binom.sf(rows, n + 1, q)))
+
+
+def chunk_bounds(expected: float, rows: int) -> list:
+    """Row bounds [0, b1, ..., rows] for a DP step to compute its batch in: a first chunk that a sample fills
+    almost always (expected - 2 std), then chunks of 4 std, each skipped when it holds no sampled example.
+    With 128 expected in 220 rows: [0, 104, 152, 200, 220], ~150 rows computed instead of 220."""
+    std = math.sqrt(expected)
+    first = max(8, int(expected - 2 * std) // 8 * 8)
+    step = max(8, -(-int(4 * std) // 8) * 8)
+    if first >= rows:
+        return [0, rows]
+    return [0, *range(first, rows, step), rows]
 
 
 class PoissonStream:
