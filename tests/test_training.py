@@ -66,8 +66,8 @@ def test_where_the_train_split_lives_changes_no_result(make_cfg, mode):
 def params_after_one_step(run, host_state):
     compiled, mode = run.compiled, run.compiled.mode
     fresh = jax.tree.map(np.array, host_state)  # a copy: the call donates (deletes) the state it is given
-    state, _ = compiled.train_chunk(mode.put_state(fresh), mode.put_replicated(compiled.zero_sums),
-                                    *run.feed.args(0, 1))
+    state, _ = compiled.train(mode.put_state(fresh), mode.put_replicated(compiled.zero_sums),
+                              *run.feed.args(0, 1))
     return jax.device_get(state.params)
 
 

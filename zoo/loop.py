@@ -3,6 +3,8 @@ import math
 import time
 from dataclasses import dataclass
 
+import jax
+
 from zoo.errors import UserError
 
 # The cap on steps per call. Calls run to the next log/eval/checkpoint boundary, so the periods set K below
@@ -16,11 +18,20 @@ class Compiled:
     """What a parallel mode produced for one run: compiled functions plus placement."""
 
     mode: object
-    train_chunk: object  # (state, acc, data, rows) -> (state, acc); see zoo.data.feed
+    train_chunk: object  # (state leaves, acc, data, rows) -> (state leaves, acc); zoo.steps.over_leaves
     eval_step: object  # (state, acc, batch) -> acc
     zero_sums: dict  # host zeros shaped like the metric sums
     task: object
+    treedef: object  # the TrainState's structure: state(leaves) rebuilds it
     steps_per_call: int = 1  # K: the most train steps one compiled call runs
+
+    def state(self, leaves: list):
+        return jax.tree.unflatten(self.treedef, leaves)
+
+    def train(self, state, acc, data, rows=None) -> tuple:
+        """One call on a TrainState: (state, acc). The loop keeps leaves instead, saving two flattenings."""
+        leaves, acc = self.train_chunk(jax.tree.leaves(state), acc, data, rows)
+        return self.state(leaves), acc
 
 
 class NonFiniteLoss(UserError):
@@ -85,9 +96,10 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     acc = zeros if sums is None else mode.put_replicated(sums)
     step, last_logged, train_metrics, last_finite, ended = start_step, start_step, {}, None, False
     t_start = t_log = time.perf_counter()
+    leaves = jax.tree.leaves(state)  # what the train call takes and returns; the state is rebuilt where needed
     while step < total_steps:
         k = min(length, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
-        state, acc = compiled.train_chunk(state, acc, *feed.args(step, k, pad_to=length))
+        leaves, acc = compiled.train_chunk(leaves, acc, *feed.args(step, k, pad_to=length))
         step += k
         eval_metrics = None
         if step % log_every == 0 or step == total_steps:
@@ -103,20 +115,20 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
             t_log, last_logged = now, step
         if eval_every and step % eval_every == 0 and step < total_steps:
             batches, count = eval_sets[periodic_split]
-            eval_metrics = evaluate(state, compiled, batches, count)
+            eval_metrics = evaluate(compiled.state(leaves), compiled, batches, count)
             logger.log(step, periodic_split, eval_metrics)
             ended = stop_early is not None and stop_early(step, eval_metrics)
         pruned = on_eval is not None and eval_metrics is not None and on_eval(step, eval_metrics)
         checkpoint_due = (checkpoint_every and step % checkpoint_every == 0) or (stop_early and eval_metrics)
         if save and step < total_steps and (checkpoint_due or stop or pruned or ended):
-            save(step, mode.get(state), mode.get(acc), eval_metrics)
+            save(step, mode.get(compiled.state(leaves)), mode.get(acc), eval_metrics)
         if pruned:
             raise TrialPruned(f"pruned at step {step} by the sweep's pruner ({periodic_split}: "
                               f"{metric_summary(eval_metrics)})")
         if stop or ended:
             break
     examples_per_s = (step - start_step) * feed.batch_size / max(time.perf_counter() - t_start, 1e-9)
-    return state, train_metrics, examples_per_s, step
+    return compiled.state(leaves), train_metrics, examples_per_s, step
 
 
 def total_steps_for(cfg, steps_per_epoch: int) -> int:

@@ -99,3 +99,17 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
         return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)  # host: placed fresh each time
 
     return train_chunk, eval_step, zero_sums
+
+
+def over_leaves(train_chunk, treedef):
+    """train_chunk taking and returning the state's leaves (a list) instead of the TrainState.
+
+    jit flattens a list of arrays in C++, but a TrainState holds nnx.State and nnx.Param nodes flattened by
+    Python callbacks: measured ~20 us a call for the linear model (89 against 69 us a one-step call). The train
+    loop keeps the leaves between calls and rebuilds the state only where it needs it."""
+
+    def train_leaves(leaves, acc, data, rows=None):
+        state, acc = train_chunk(jax.tree.unflatten(treedef, leaves), acc, data, rows)
+        return jax.tree.leaves(state), acc
+
+    return train_leaves

@@ -44,7 +44,7 @@ def summarize(run, state, flops: bool = True) -> dict:
         return counts
     acc = mode.put_replicated(compiled.zero_sums)
     return {**counts, **step_flops(compiled.train_chunk, compiled.eval_step, state, acc, run.feed.args(0, 1),
-                                   next(iter(run.eval_sets.values()))[0][0], mode.num_devices)}
+                                   next(iter(run.eval_sets.values()))[0][0], mode.num_devices, leaves=True)}
 
 
 def count_parameters(params) -> dict:
@@ -53,10 +53,11 @@ def count_parameters(params) -> dict:
             "layers": {name: n for name, (n, _) in layers.items()}}
 
 
-def step_flops(train_chunk, eval_step, state, acc, one_step_args: tuple, eval_batch, devices: int) -> dict:
+def step_flops(train_chunk, eval_step, state, acc, one_step_args: tuple, eval_batch, devices: int,
+               leaves: bool = False) -> dict:
     """FLOPs of one train step (a chunk of one: `one_step_args` follow state and acc) and of one eval example,
-    summed over `devices`."""
-    train_flops = xla_flops(train_chunk, state, acc, *one_step_args)
+    summed over `devices`. `leaves`: train_chunk takes the state's leaves (zoo.steps.over_leaves)."""
+    train_flops = xla_flops(train_chunk, jax.tree.leaves(state) if leaves else state, acc, *one_step_args)
     eval_flops = xla_flops(eval_step, state, acc, eval_batch)
     eval_rows = int(np.size(eval_batch["mask"]))
     return {"train_step_flops": None if train_flops is None else train_flops * devices,

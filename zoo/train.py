@@ -21,7 +21,7 @@ from zoo.parallel.distributed import barrier, is_primary
 from zoo.preemption import Preempted, stop_on_signals
 from zoo.privacy.plan import PrivacyPlan, plan_privacy
 from zoo.state import TrainState, create_state
-from zoo.steps import make_steps
+from zoo.steps import make_steps, over_leaves
 from zoo.summary import achieved_gflop_s, describe
 from zoo.sweeps.trial_link import eval_reporter
 from zoo.targets import safe_instantiate
@@ -95,10 +95,12 @@ def build(cfg: DictConfig) -> Run:
     eval_batch_size = round_up(cfg.trainer.eval_batch_size, mode.num_devices)
     periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
     host_batches = {s: eval_batches(data.splits[s], eval_batch_size) for s in periodic_first}
-    train_fn, eval_fn = mode.compile(train_chunk, eval_step, host_state)
+    treedef = jax.tree.structure(host_state)
+    train_fn, eval_fn = mode.compile(over_leaves(train_chunk, treedef), eval_step, host_state)
     # unrolled convnets pay compile time per step instead, so they keep K=1
     steps_per_call = cfg.trainer.steps_per_call or (1 if unroll else DEFAULT_STEPS_PER_CALL)
-    compiled = Compiled(mode, train_fn, eval_fn, zero_sums(host_state, host_batches["test"][0]), task, steps_per_call)
+    compiled = Compiled(mode, train_fn, eval_fn, zero_sums(host_state, host_batches["test"][0]), task, treedef,
+                        steps_per_call)
     eval_sets = {s: ([mode.put_batch(b) for b in batches], len(data.splits[s])) for s, batches in host_batches.items()}
     feed = TrainFeed(stream, mode, fits_on_device(stream.split, cfg.parallel.device_data_mb))
     return Run(data, stream, feed, host_state, compiled, eval_sets, total_steps, privacy)

@@ -35,7 +35,8 @@ def dp_step_rows(kind: str, rounds: int, steps: int, data_dir: str, work: str) -
         mode, compiled = run.compiled.mode, run.compiled
         chunks = [(feed or run.feed).args(s, 1) for s in range(steps)]
         # host copies: each timed loop donates its own state buffers
-        box[name] = (mode.put_state(jax.device_get(run.host_state)), mode.put_replicated(compiled.zero_sums))
+        box[name] = (jax.tree.leaves(mode.put_state(jax.device_get(run.host_state))),  # leaves, as zoo.loop keeps
+                     mode.put_replicated(compiled.zero_sums))
 
         def go():
             state, acc = box[name]

@@ -30,7 +30,7 @@ def _first_step(spec: dict) -> dict:
     compiled, mode = run.compiled, run.compiled.mode
     state, acc = mode.put_state(run.host_state), mode.put_replicated(compiled.zero_sums)
     built = time.time()
-    state, acc = compiled.train_chunk(state, acc, *run.feed.args(0, 1))
+    state, acc = compiled.train(state, acc, *run.feed.args(0, 1))
     jax.block_until_ready((state, acc))
     first_step = time.time()
     evaluate(state, compiled, *run.eval_sets["test"])

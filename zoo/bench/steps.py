@@ -65,14 +65,14 @@ def step_benchmarks(kind: str, sizes, where) -> list:
     chunks = [run.feed.args(s, 1) for s in range(len(host))]  # what the loop hands a one-step call
     ref_batches = [(jax.device_put(h["x"][0]), jax.device_put(h["y"][0])) for h in host]
     eval_batch = run.eval_sets["test"][0][0]
-    train_s = _aot_seconds(compiled.train_chunk, state, acc, *chunks[0])
+    train_s = _aot_seconds(compiled.train_chunk, jax.tree.leaves(state), acc, *chunks[0])
     eval_s = _aot_seconds(compiled.eval_step, state, mode.put_replicated(compiled.zero_sums), eval_batch)
     ref_s = _aot_seconds(ref_step, ref_state, *ref_batches[0])
     rows = [row(f"compile/{kind}/train", train_s, "s", note=f"reference step {ref_s:.2f} s", reference_s=ref_s),
             row(f"compile/{kind}/eval", eval_s, "s", note=f"eval batch {eval_batch['x'].shape[0]}")]
 
     # 1. the compiled step against the hand-written one, interleaved, same device batches
-    box = {"zoo": (state, acc), "ref": ref_state}
+    box = {"zoo": (jax.tree.leaves(state), acc), "ref": ref_state}  # the state's leaves, as the loop keeps it
     n = sizes.steps[kind]
 
     def zoo_steps(count):
@@ -110,8 +110,8 @@ def step_benchmarks(kind: str, sizes, where) -> list:
     logger = RunLogger(out_dir, cfg.logger, n)
 
     def loop():
-        s = fit(box["zoo"][0], compiled, run.feed, run.eval_sets, cfg.trainer, n, logger)[0]
-        box["zoo"] = (s, box["zoo"][1])
+        s = fit(compiled.state(box["zoo"][0]), compiled, run.feed, run.eval_sets, cfg.trainer, n, logger)[0]
+        box["zoo"] = (jax.tree.leaves(s), box["zoo"][1])
         return s
 
     def pipeline():

@@ -43,8 +43,9 @@ class ShardedMode:
         # A resident split is replicated, so each device gathers its columns of the (K, B) indices locally;
         # split by rows, every step would need a cross-device gather. The accumulator is not donated: one
         # placed zero accumulator starts every log interval.
-        train = jax.jit(train_chunk, in_shardings=(state_sh, self.replicated, self.chunk_sharding, self.replicated),
-                        out_shardings=(state_sh, self.replicated), donate_argnums=0)
+        leaves_sh = jax.tree.leaves(state_sh)  # the train call takes the state's leaves (zoo.steps.over_leaves)
+        train = jax.jit(train_chunk, in_shardings=(leaves_sh, self.replicated, self.chunk_sharding, self.replicated),
+                        out_shardings=(leaves_sh, self.replicated), donate_argnums=0)
         evaluate = jax.jit(eval_step, in_shardings=(state_sh, self.replicated, self.batch_sharding),
                            out_shardings=self.replicated, donate_argnums=1)
         return train, evaluate
