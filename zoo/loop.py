@@ -8,8 +8,8 @@ import jax
 from zoo.errors import UserError
 
 # The cap on steps per call. Calls run to the next log/eval/checkpoint boundary, so the periods set K below
-# it. Longer calls amortise the per-call host work (docs/benchmarks.md: linear 1.77x the naive loop at K=16
-# against 0.41x at K=1; the compute-bound MLP gains little).
+# it. Longer calls amortise the per-call host work (docs/benchmarks.md: linear 3.4x the naive loop at K=50
+# against 0.63x at K=1; the compute-bound MLP gains nothing).
 DEFAULT_STEPS_PER_CALL = 200
 
 
