@@ -18,8 +18,9 @@ class RunLogger:
         self._jsonl = self._open_jsonl(os.path.join(out_dir, "metrics.jsonl"), start_step, self.history)
         if cfg.tensorboard:
             from tensorboardX import FileWriter
+            from tensorboardX.proto.summary_pb2 import Summary
 
-            self._tb = FileWriter(os.path.join(out_dir, "tensorboard"))
+            self._tb, self._summary = FileWriter(os.path.join(out_dir, "tensorboard")), Summary
         if cfg.progress:
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
         self._plot = cfg.plot
@@ -60,11 +61,9 @@ class RunLogger:
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
         if self._tb is not None:  # one event per record: tensorboardX writes ~100 us per event on a thread
-            from tensorboardX.proto.summary_pb2 import Summary
-
-            values = [Summary.Value(tag=f"{split}/{name}", simple_value=float(value))
+            values = [self._summary.Value(tag=f"{split}/{name}", simple_value=float(value))
                       for name, value in metrics.items() if name != "count"]
-            self._tb.add_summary(Summary(value=values), step)
+            self._tb.add_summary(self._summary(value=values), step)
 
     def progress(self, step: int, loss: float, examples_per_s: float) -> None:
         if self._bar is not None:
