@@ -17,6 +17,7 @@ from zoo.data import load_dataset
 from zoo.errors import UserError
 from zoo.preemption import Preempted
 from zoo.privacy.gradients import make_private_gradients, per_example_grads
+from zoo.privacy.noise import THREEFRY_UNROLLED
 from zoo.privacy import ghost
 from zoo.privacy.plan import plan_privacy
 from zoo.privacy.sampling import chunk_bounds
@@ -148,8 +149,9 @@ def test_ghost_clipping_follows_strides_dilation_and_padding(conv):
         np.testing.assert_allclose(g, w, atol=1e-6, rtol=1e-5)
 
 
-def test_chunks_that_skip_padding_give_the_one_pass_result(make_cfg):
-    batch, graphdef, state, task = parts(make_cfg, "cnn")
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_chunks_that_skip_padding_give_the_one_pass_result(make_cfg, model):
+    batch, graphdef, state, task = parts(make_cfg, model)
     batch["mask"] = np.array([1, 1, 1, 1, 0, 0, 0, 0], np.float32)  # sampled examples first, as PoissonStream
     results = {}
     for chunks in (None, [0, 2, 4, 6, 8], [0, 3, 5, 8]):  # a chunk of padding only; one with sampled and padding
@@ -163,12 +165,24 @@ def test_chunks_that_skip_padding_give_the_one_pass_result(make_cfg):
             np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5)
 
 
-def test_chunk_bounds_start_with_the_rows_a_sample_almost_always_fills():
-    assert chunk_bounds(128, 220) == [0, 104, 152, 200, 220]
+def test_chunk_bounds_hold_the_sample_in_few_chunks():
+    assert chunk_bounds(128, 220, -2) == [0, 104, 152, 200, 220]  # convnets on CPU: a first chunk almost always full
+    assert chunk_bounds(128, 220, 2) == [0, 152, 200, 220]  # dense models: the whole sample almost always first
     for expected, rows in [(1, 9), (16, 16), (64, 120), (1000, 1200)]:
-        bounds = chunk_bounds(expected, rows)
-        assert bounds[0] == 0 and bounds[-1] == rows and all(a < b for a, b in zip(bounds, bounds[1:]))
-        assert bounds[1] <= max(8, expected)
+        for first_stds in (-2, 2):
+            bounds = chunk_bounds(expected, rows, first_stds)
+            assert bounds[0] == 0 and bounds[-1] == rows and all(a < b for a, b in zip(bounds, bounds[1:]))
+            assert bounds[1] <= max(8, expected) if first_stds < 0 else bounds[1] >= expected
+
+
+def test_unrolled_threefry_draws_exactly_jax_threefry_normals():
+    key = jax.random.fold_in(jax.random.key(3), 7)
+    unrolled = jax.random.wrap_key_data(jax.random.key_data(key), impl=THREEFRY_UNROLLED)
+    for shape in [(1,), (5,), (3, 4), (64, 256)]:
+        for normal in (lambda k: jax.random.normal(k, shape), jax.jit(lambda k: jax.random.normal(k, shape))):
+            np.testing.assert_array_equal(normal(unrolled), normal(key))
+    np.testing.assert_array_equal(jax.random.key_data(jax.random.split(unrolled, 3)),
+                                  jax.random.key_data(jax.random.split(key, 3)))
 
 
 def test_noise_has_the_configured_standard_deviation(make_cfg):
