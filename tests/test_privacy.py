@@ -17,7 +17,6 @@ from zoo.data import load_dataset
 from zoo.errors import UserError
 from zoo.preemption import Preempted
 from zoo.privacy.gradients import make_private_gradients, per_example_grads
-from zoo.privacy.noise import THREEFRY_UNROLLED
 from zoo.privacy import ghost
 from zoo.privacy.plan import plan_privacy
 from zoo.privacy.sampling import chunk_bounds
@@ -173,16 +172,6 @@ def test_chunk_bounds_hold_the_sample_in_few_chunks():
             bounds = chunk_bounds(expected, rows, first_stds)
             assert bounds[0] == 0 and bounds[-1] == rows and all(a < b for a, b in zip(bounds, bounds[1:]))
             assert bounds[1] <= max(8, expected) if first_stds < 0 else bounds[1] >= expected
-
-
-def test_unrolled_threefry_draws_exactly_jax_threefry_normals():
-    key = jax.random.fold_in(jax.random.key(3), 7)
-    unrolled = jax.random.wrap_key_data(jax.random.key_data(key), impl=THREEFRY_UNROLLED)
-    for shape in [(1,), (5,), (3, 4), (64, 256)]:
-        for normal in (lambda k: jax.random.normal(k, shape), jax.jit(lambda k: jax.random.normal(k, shape))):
-            np.testing.assert_array_equal(normal(unrolled), normal(key))
-    np.testing.assert_array_equal(jax.random.key_data(jax.random.split(unrolled, 3)),
-                                  jax.random.key_data(jax.random.split(key, 3)))
 
 
 def test_noise_has_the_configured_standard_deviation(make_cfg):

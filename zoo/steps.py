@@ -10,6 +10,7 @@ import optax
 from flax import nnx
 
 from zoo.models.layers import set_dropout_rate
+from zoo.rng import step_key
 
 
 def _add(a, b):
@@ -30,7 +31,7 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
         return jax.lax.psum(tree, axis_name) if axis_name else tree
 
     def train_step(state, batch, hyper):
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        key = step_key(state.rng, state.step)
         if axis_name:  # independent dropout masks per device slice
             key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
 

@@ -19,7 +19,7 @@ import optax
 from flax import nnx
 
 from zoo.privacy import ghost
-from zoo.privacy.noise import add_gaussian_noise
+from zoo.rng import step_key
 
 
 def per_example_grads(graphdef, task, params, model_state, batch: dict, keys):
@@ -35,6 +35,14 @@ def per_example_grads(graphdef, task, params, model_state, batch: dict, keys):
 
     grad_fn = jax.vmap(jax.grad(loss_of_one, has_aux=True), in_axes=(None, 0, 0, 0, 0))
     return grad_fn(params, batch["x"], batch["y"], batch["mask"], keys)
+
+
+def add_gaussian_noise(tree, key, std: float):
+    if not std:
+        return tree
+    leaves, treedef = jax.tree.flatten(tree)
+    keys = jax.random.split(key, len(leaves))
+    return treedef.unflatten([g + std * jax.random.normal(k, g.shape, g.dtype) for g, k in zip(leaves, keys)])
 
 
 def make_private_gradients(graphdef, task, *, l2_clip: float, noise_multiplier: float, expected_batch_size: float,
@@ -55,8 +63,7 @@ def make_private_gradients(graphdef, task, *, l2_clip: float, noise_multiplier: 
         return jax.lax.psum(tree, axis_name) if axis_name else tree
 
     def gradients(state, batch):
-        step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        noise_key, dropout_key = jax.random.split(step_key)
+        noise_key, dropout_key = jax.random.split(step_key(state.rng, state.step))
         if axis_name:
             dropout_key = jax.random.fold_in(dropout_key, jax.lax.axis_index(axis_name))
         use_ghost = ghost_clipping and ghost.supports(nnx.merge(graphdef, state.params, state.model_state))
