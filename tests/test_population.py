@@ -12,7 +12,7 @@ from zoo.data import TrainStream
 from zoo.errors import UserError
 from zoo.loop import NonFiniteLoss
 from zoo.population.grouping import group_indices
-from zoo.population.train import train_population
+from zoo.population.train import member_hyperparameters, train_population
 from zoo.preemption import Preempted
 from zoo.train import train
 
@@ -45,15 +45,16 @@ def assert_same_trajectory(a, b, rel=1e-5):
 
 
 DROPOUT = ["0.1", "0.0", "0.3"]  # each member its own rate: 0 must equal the solo run, which skips the layer
+SHARED_DROPOUT = ["0.1"] * 3  # one rate for all: left a Python number in the model, as in the solo runs
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_every_member_equals_its_solo_run(make_cfg, optimizer):
+@pytest.mark.parametrize("optimizer, dropout", [("sgd", DROPOUT), ("adamw", DROPOUT), ("sgd", SHARED_DROPOUT)])
+def test_every_member_equals_its_solo_run(make_cfg, optimizer, dropout):
     cfgs = [make_cfg(*SMALL, f"optimizer={optimizer}", f"model.dropout={p}", f"optimizer.learning_rate={lr}",
-                     f"seed={seed}", out=f"pop-{i}") for i, ((lr, seed), p) in enumerate(zip(GRID, DROPOUT))]
+                     f"seed={seed}", out=f"pop-{i}") for i, ((lr, seed), p) in enumerate(zip(GRID, dropout))]
     outcomes = train_population(cfgs)
     for i, (cfg, outcome) in enumerate(zip(cfgs, outcomes)):
-        solo_cfg = make_cfg(*SMALL, f"optimizer={optimizer}", f"model.dropout={DROPOUT[i]}",
+        solo_cfg = make_cfg(*SMALL, f"optimizer={optimizer}", f"model.dropout={dropout[i]}",
                             f"optimizer.learning_rate={cfg.optimizer.learning_rate}", f"seed={cfg.seed}",
                             out=f"solo-{i}")
         solo = train(solo_cfg)
@@ -65,6 +66,7 @@ def test_every_member_equals_its_solo_run(make_cfg, optimizer):
         assert outcome["population"] == {"members": 3, "member": cfgs.index(cfg)}
         steps = sorted(int(p.name) for p in (pathlib.Path(cfg.paths.output_dir) / "checkpoints").iterdir())
         assert steps == [6, 12]
+    assert ("dropout" in member_hyperparameters(cfgs)[0]) == (dropout == DROPOUT)  # traced only where they differ
     # the members really differ: different seeds and rates give different trajectories
     assert records(cfgs[0].paths.output_dir) != records(cfgs[1].paths.output_dir)
     assert records(cfgs[0].paths.output_dir) != records(cfgs[2].paths.output_dir)

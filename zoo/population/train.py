@@ -105,7 +105,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     run = [m for _, m in members]
     model = count_parameters(initial[0][1].params)
     if cfg.logger.summary:  # FLOPs of one member's solo step: what each member's results.json reports
-        solo_step = jax.jit(functools.partial(train_chunk, hyper=hyperparameters(cfg)))
+        solo_step = jax.jit(functools.partial(train_chunk, hyper=member_hyperparameters(cfgs)[0]))
         model.update(step_flops(solo_step, jax.jit(eval_step), initial[0][1], zero, (streams[0].chunk(0, 1),),
                                 next(iter(host_batches.values()))[0], 1))
     model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
@@ -118,6 +118,16 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     for i, m in members:
         outcomes[i] = m.error if m.error is not None else m.results
     return outcomes
+
+
+def member_hyperparameters(cfgs: list) -> list:
+    """Each member's traced hyperparameters. A dropout rate all members share stays a Python number in the
+    model, as in a solo run: a traced rate draws masks on every step, at rate 0 too."""
+    hypers = [hyperparameters(c) for c in cfgs]
+    if len({h.get("dropout") for h in hypers}) == 1:
+        for h in hypers:
+            h.pop("dropout", None)
+    return hypers
 
 
 def _member_optimizer(cfg, total_steps: int, hyper: dict):
@@ -134,7 +144,7 @@ def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: di
     cfg = cfgs[0]
     states = program.put_members(stack(_padded([m.outputs.host_state for m in run], program.size)))
     accs = program.put_members(stack(_padded([m.outputs.sums or program.zero_sums for m in run], program.size)))
-    hypers = [hyperparameters(c) for c in cfgs]
+    hypers = member_hyperparameters(cfgs)
     hyper = program.put_members(jax.tree.map(lambda *v: np.array(_padded(list(v), program.size), np.float32),
                                              *hypers))
     periodic = next(iter(eval_sets))
