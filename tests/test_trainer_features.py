@@ -12,6 +12,7 @@ from test_checkpoint import leaves_equal, records
 from zoo.early_stopping import EarlyStopping
 from zoo.evaluate import evaluate
 from zoo.preemption import Preempted
+import zoo.run_logger
 from zoo.run_logger import RunLogger
 from zoo.train import build, train
 
@@ -170,15 +171,15 @@ def test_averaged_and_accumulated_run_resumes_bitwise(make_cfg, monkeypatch, mod
 # --- Learning rate in the logs -------------------------------------------------------------------------------------
 
 class ScalarRecorder:
-    """Stands in for tensorboardX.FileWriter: what the run would have written to TensorBoard."""
+    """Stands in for zoo.run_logger.TensorBoardWriter: what the run would have written to TensorBoard."""
 
     scalars = []
 
     def __init__(self, *args, **kwargs):
         pass
 
-    def add_summary(self, summary, step):
-        self.scalars.extend((value.tag, value.simple_value, step) for value in summary.value)
+    def add_scalars(self, step, scalars):
+        self.scalars.extend((tag, np.float32(value), step) for tag, value in scalars.items())
 
     def close(self):
         pass
@@ -186,9 +187,7 @@ class ScalarRecorder:
 
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_logged_learning_rate_is_the_one_optax_applied(make_cfg, tmp_path, monkeypatch, accumulate):
-    import tensorboardX
-
-    monkeypatch.setattr(tensorboardX, "FileWriter", ScalarRecorder)
+    monkeypatch.setattr(zoo.run_logger, "TensorBoardWriter", ScalarRecorder)
     monkeypatch.setattr(ScalarRecorder, "scalars", [])
     train(make_cfg(*SGD, "schedule=warmup_cosine", "schedule.warmup_steps=2", "trainer.max_steps=8",
                    "trainer.log_every=1", f"trainer.accumulate={accumulate}", "logger.tensorboard=true"))
