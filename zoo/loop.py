@@ -97,10 +97,18 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     step, last_logged, train_metrics, last_finite, ended = start_step, start_step, {}, None, False
     t_start = t_log = time.perf_counter()
     leaves = jax.tree.leaves(state)  # what the train call takes and returns; the state is rebuilt where needed
-    while step < total_steps:
+
+    def call_args(step):  # (k, the data of steps [step, step + k))
         k = min(length, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
-        leaves, acc = compiled.train_chunk(leaves, acc, *feed.args(step, k, pad_to=length))
+        return k, feed.args(step, k, pad_to=length)
+
+    upcoming = call_args(step) if step < total_steps else None
+    while step < total_steps:
+        k, args = upcoming
+        leaves, acc = compiled.train_chunk(leaves, acc, *args)
         step += k
+        # the next call's indices are prepared while this one runs, not between the two
+        upcoming = call_args(step) if step < total_steps else None
         eval_metrics = None
         if step % log_every == 0 or step == total_steps:
             train_metrics = compiled.task.metrics(mode.get(acc))  # the routine host sync
