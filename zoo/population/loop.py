@@ -48,10 +48,12 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     step = min([m.outputs.start_step for m in members if m.error is None] + [total_steps])
     length = chunk_length(chunk_size, total_steps - step, log_every, eval_every, checkpoint_every)
     interval_start, t_log = step, time.perf_counter()
+    saves = []  # (member, step, host state, host sums, eval metrics) written while the next chunk computes
     while step < total_steps and any(m.error is None and step < m.end for m in members):
         k = min(length, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
         idx, mask = _member_rows(members, step, k, length, program.size)
         states, accs = program.train_chunk(states, accs, idx, mask, hyper)
+        saves = _write(saves)
         step += k
         saved_states = None
         if step % log_every == 0 or step == total_steps:
@@ -70,12 +72,13 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
                                        (m.outputs.early is not None and i in evals)):
                 if saved_states is None:
                     saved_states = jax.device_get((states, accs))
-                _save(m, step, member(saved_states[0], i), member(saved_states[1], i), evals.get(i))
+                saves.append((m, step, member(saved_states[0], i), member(saved_states[1], i), evals.get(i)))
             if pruned and m.error is None:
                 m.error = TrialPruned(f"pruned at step {step} by the sweep's pruner ({eval_set[0]}: "
                                       f"{metric_summary(evals[i])})")
         if stop:
             break
+    _write(saves)
     return states, step
 
 
@@ -150,8 +153,12 @@ def evaluate_members(program, states, batches, count: int, task, n: int) -> list
     return metrics
 
 
-def _save(m, step, host_state, host_acc, eval_metrics):
-    try:
-        m.outputs.save(step, host_state, host_acc, eval_metrics)
-    except NonFiniteLoss as e:  # parameters went non-finite between two train logs
-        m.error = e
+def _write(saves: list) -> list:
+    """Write the checkpoints due at the last boundary. Called just after the next chunk is dispatched, so
+    orbax's work on the host overlaps the members' training instead of adding to it; returns no saves left."""
+    for m, step, host_state, host_acc, eval_metrics in saves:
+        try:
+            m.outputs.save(step, host_state, host_acc, eval_metrics)
+        except NonFiniteLoss as e:  # params went non-finite between two train logs: the chunk already running
+            m.error = e  # trains it on, but nothing of it is logged or saved, and the next one masks it
+    return []

@@ -167,6 +167,7 @@ def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: di
     placed = program.put_members(stack(_padded(finals, program.size)))
     split_metrics = {s: evaluate_members(program, placed, b, count, task, len(run)) for s, (b, count) in
                      eval_sets.items()}
+    _save_finals(run, finals, split_metrics)
     for i, (m, c) in enumerate(zip(run, cfgs)):
         if m.error is not None:
             continue
@@ -182,6 +183,24 @@ def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: di
             m.results = m.outputs.finish(m.end, m.train_metrics, {s: v[i] for s, v in split_metrics.items()},
                                          member(host, i), **extras)
         except UserError as e:  # a non-finite objective fails this member only
+            m.error = e
+
+
+def _save_finals(run: list, finals: list, split_metrics: dict) -> None:
+    """Every member's final checkpoint written at once, then waited for: one after another, each waited for
+    in RunOutputs.finish, they would not overlap. finish then finds the step saved and writes results.json."""
+    due = [(i, m) for i, m in enumerate(run) if m.error is None and m.outputs.early is None]
+    periodic = next(iter(split_metrics.values()))
+    for i, m in due:
+        try:  # non-finite parameters or a full disk fail this member alone; its earlier checkpoints stay
+            m.outputs.save(m.outputs.total_steps, finals[i], m.outputs.zero_sums, periodic[i])
+        except UserError as e:
+            m.error = e
+    for _, m in due:
+        try:
+            if m.error is None and m.outputs.ckpts:
+                m.outputs.ckpts.wait()
+        except UserError as e:
             m.error = e
 
 
