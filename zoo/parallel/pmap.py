@@ -3,6 +3,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from zoo.parallel.cpu_collectives import serialised_on_cpu
+
 
 class PmapMode:
     """parallel=pmap: one program per device over axis `data`; arrays carry a leading device axis."""
@@ -25,7 +27,8 @@ class PmapMode:
     def compile(self, train_chunk, eval_step, state):
         kw = dict(axis_name=self.axis_name, devices=self.devices)
         # the train accumulator is not donated: one placed zero accumulator starts every log interval
-        return jax.pmap(train_chunk, donate_argnums=0, **kw), jax.pmap(eval_step, donate_argnums=1, **kw)
+        return serialised_on_cpu(self.devices, jax.pmap(train_chunk, donate_argnums=0, **kw),
+                                 jax.pmap(eval_step, donate_argnums=1, **kw))
 
     def _put(self, tree):
         return jax.device_put(tree, self.stacked)

@@ -2,6 +2,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from zoo.parallel.cpu_collectives import serialised_on_cpu
 from zoo.parallel.distributed import local_rows, to_host
 
 
@@ -48,7 +49,7 @@ class ShardedMode:
                         out_shardings=(leaves_sh, self.replicated), donate_argnums=0)
         evaluate = jax.jit(eval_step, in_shardings=(state_sh, self.replicated, self.batch_sharding),
                            out_shardings=self.replicated, donate_argnums=1)
-        return train, evaluate
+        return serialised_on_cpu(list(self.mesh.devices.flat), train, evaluate)
 
     # Every process holds the same host values (same data, same seed) and hands over only its share:
     # the rows of the batch its devices own, or the whole array where the sharding replicates it.
