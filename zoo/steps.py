@@ -67,15 +67,17 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
 
     def train_chunk(state, acc, batches, rows=None, hyper=None):
         """K ordinary steps in one compiled call; batches are stacked (K, B, ...), or, with the train split
-        resident on the device as `rows` {"x", "y"} (N, ...), indices {"idx", "mask"} (K, B) gathered here.
+        resident on the device as `rows` {"x", "y"} (N, ...), indices {"idx"} (K, B) gathered here (-1: masked).
 
         `unroll` traces the K steps one after another instead of a lax.scan: XLA:CPU runs convolutions
         inside a while loop ~15x slower (measured 290 ms vs 18 ms per CNN step). Unrolling costs compile
         time that grows with K, so scan stays the choice for everything else. Unrolled padding rows are
         computed and discarded; convnets default to K=1, which never pads.
         """
-        if rows:
-            batches = {"x": rows["x"][batches["idx"]], "y": rows["y"][batches["idx"]], "mask": batches["mask"]}
+        if rows:  # -1 marks a masked row (zoo.data.feed.fold_mask); it gathers row 0, which the mask zeroes
+            idx = batches["idx"]
+            take = jnp.maximum(idx, 0)
+            batches = {"x": rows["x"][take], "y": rows["y"][take], "mask": (idx >= 0).astype(jnp.float32)}
         active = reduce(jnp.any(batches["mask"] > 0, axis=1).astype(jnp.int32)) > 0  # (K,), same on every device
         if unroll:
             for i in range(active.shape[0]):

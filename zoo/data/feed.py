@@ -10,6 +10,12 @@ import numpy as np
 MB = 2**20
 
 
+def fold_mask(idx: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Indices and a 0/1 mask as one array for the device: -1 marks a masked row (zoo.steps.train_chunk
+    unfolds it). One array crosses to the device instead of two: ~3 us of a linear model's 34 us one-step call."""
+    return np.where(mask > 0, idx, -1).astype(np.int32)
+
+
 def fits_on_device(split, limit_mb: float) -> bool:
     """Whether one copy of the split's inputs and targets is within the per-device limit."""
     return split.x.nbytes + split.y.nbytes <= limit_mb * MB
@@ -18,8 +24,9 @@ def fits_on_device(split, limit_mb: float) -> bool:
 class TrainFeed:
     """`args(step, k, pad_to)`: what a compiled train call takes after (state, acc) for steps [step, step + k).
 
-    That is (data, rows): indices {"idx", "mask"} (K, B) and the resident split {"x", "y"} (N, ...), or the
-    stacked batches {"x", "y", "mask"} (K, B, ...) and no rows. See zoo.steps.train_chunk.
+    That is (data, rows): indices {"idx"} (K, B), -1 where a row is masked (`fold_mask`), and the resident split
+    {"x", "y"} (N, ...), or the stacked batches {"x", "y", "mask"} (K, B, ...) and no rows. See
+    zoo.steps.train_chunk.
     """
 
     def __init__(self, stream, mode, resident: bool):
@@ -38,5 +45,5 @@ class TrainFeed:
     def args(self, step: int, k: int, pad_to: int | None = None) -> tuple:
         if self.resident:
             idx, mask = self.stream.indices(step, k, pad_to)
-            return self.mode.put_chunk({"idx": idx, "mask": mask}), self.rows
+            return self.mode.put_chunk({"idx": fold_mask(idx, mask)}), self.rows
         return self.mode.put_chunk(self.stream.chunk(step, k, pad_to)), self.rows

@@ -9,6 +9,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from zoo.data.feed import fold_mask
+
 
 class PopulationProgram:
     def __init__(self, devices: list, train_chunk, eval_step, train_split, zero_sums: dict, size: int):
@@ -37,7 +39,7 @@ class PopulationProgram:
         return jax.device_put(tree, self.replicated)
 
     def train_chunk(self, states, accs, idx, mask, hyper):
-        return self._train(states, accs, {"idx": idx, "mask": mask}, self.rows, hyper)
+        return self._train(states, accs, {"idx": fold_mask(idx, mask)}, self.rows, hyper)
 
     def eval_step(self, states, accs, batch):
         return self._eval(states, accs, batch)
