@@ -53,7 +53,8 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
         k = min(length, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
         idx, mask = _member_rows(members, step, k, length, program.size)
         states, accs = program.train_chunk(states, accs, idx, mask, hyper)
-        saves = _write(saves)
+        _write(saves)
+        saves = []
         step += k
         saved_states = None
         if step % log_every == 0 or step == total_steps:
@@ -153,12 +154,11 @@ def evaluate_members(program, states, batches, count: int, task, n: int) -> list
     return metrics
 
 
-def _write(saves: list) -> list:
+def _write(saves: list) -> None:
     """Write the checkpoints due at the last boundary. Called just after the next chunk is dispatched, so
-    orbax's work on the host overlaps the members' training instead of adding to it; returns no saves left."""
+    orbax's work on the host overlaps the members' training instead of adding to it."""
     for m, step, host_state, host_acc, eval_metrics in saves:
         try:
             m.outputs.save(step, host_state, host_acc, eval_metrics)
         except NonFiniteLoss as e:  # params went non-finite between two train logs: the chunk already running
             m.error = e  # trains it on, but nothing of it is logged or saved, and the next one masks it
-    return []
