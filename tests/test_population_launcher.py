@@ -8,10 +8,8 @@ from hydra.test_utils.launcher_common_tests import (
     IntegrationTestSuite,
     LauncherTestSuite,
 )
-from omegaconf import OmegaConf
 
 from conftest import ROOT
-from zoo.population.launch import _sweep_config, remember_compositions
 
 
 @pytest.fixture(autouse=True)
@@ -37,25 +35,3 @@ class TestPopulationLauncherBatched(BatchedSweeperTestSuite):
 @pytest.mark.parametrize("task_launcher_cfg, extra_flags", [({}, ["-m", "hydra/launcher=population"])])
 class TestPopulationLauncherIntegration(IntegrationTestSuite):
     pass
-
-
-class CountingLoader:
-    def __init__(self):
-        self.calls = []
-
-    def load_sweep_config(self, master_config, sweep_overrides):
-        self.calls.append(list(sweep_overrides))
-        return OmegaConf.create({"overrides": list(sweep_overrides), "hydra": {"job": {"num": None}}})
-
-
-def test_each_job_is_composed_once_when_the_sweeper_validated_its_batch():
-    loader, master = CountingLoader(), OmegaConf.create({})
-    remember_compositions(loader)
-    remember_compositions(loader)  # a second launcher setup in the same process wraps nothing twice
-    validated = loader.load_sweep_config(master, ["lr=1"])  # what Sweeper.validate_batch_is_legal does
-    validated.hydra.job.num = 99  # a sweeper's own copy: changing it leaves the launcher's unchanged
-    job = _sweep_config(loader, master, ["lr=1"])
-    assert loader.calls == [["lr=1"]] and job.overrides == ["lr=1"] and job.hydra.job.num is None
-    assert _sweep_config(loader, master, ["lr=2"]).overrides == ["lr=2"]  # not validated: composed here
-    assert _sweep_config(loader, master, ["lr=1"]).overrides == ["lr=1"]  # taken once; then composed again
-    assert loader.calls == [["lr=1"], ["lr=2"], ["lr=1"]]

@@ -11,6 +11,7 @@ import pathlib
 import subprocess
 import sys
 
+import matplotlib.image
 import pytest
 from omegaconf import OmegaConf
 
@@ -49,11 +50,14 @@ def study_trials(sweep_dir, study_name) -> list:
 
 def test_grid_sweep_writes_a_run_per_job_and_a_correct_summary(data_dir, tmp_path):
     sweep = tmp_path / "grid"
-    multirun(data_dir, sweep, "model=linear,mlp")
+    multirun(data_dir, sweep, "model=linear,mlp", "logger.plot=true")
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
     for job in ("0", "1"):
         for artifact in ("results.json", "metrics.jsonl", ".hydra/config.yaml", ".hydra/overrides.yaml"):
             assert (sweep / job / artifact).is_file(), f"{job}/{artifact}"
+        # drawn in the background while the sweep went on, complete before the command ended
+        assert matplotlib.image.imread(sweep / job / "curves.png").shape[:2] == (400, 1000)
+        assert not (sweep / job / "curves.png.tmp").exists()
     results = job_results(sweep)
     best_dir, best = max(results.items(), key=lambda item: item[1]["objective"])  # digits: accuracy, maximised
     rows = summary_rows(sweep)

@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 from zoo.errors import Interrupted, UserError
 
 
-def _in_multirun() -> bool:
+def in_multirun() -> bool:
+    """True inside a job of a Hydra multirun (python train.py -m ...)."""
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
@@ -75,18 +76,18 @@ def run_task(fn, cfg):
             check_writable(output_dir, "paths.output_dir")
         return fn(cfg).get("objective")
     except UserError as e:
-        if _in_multirun():
+        if in_multirun():
             if isinstance(e, Interrupted):
                 raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial
             raise  # the sweeper records the trial as failed and goes on
         _exit(str(e), e.exit_code, hard=isinstance(e, Interrupted))
     except KeyboardInterrupt:  # outside the train loop (which saves on the first Ctrl-C) or a second Ctrl-C
-        if _in_multirun() or _full_errors():
+        if in_multirun() or _full_errors():
             raise
         _exit("interrupted by Ctrl-C; checkpoints already written are kept and the same command resumes "
               "from the newest one.", 130, hard=True)
     except OSError as e:  # the file system refused a write the checks above could not foresee
-        if _in_multirun() or _full_errors() or not e.filename:
+        if in_multirun() or _full_errors() or not e.filename:
             raise
         _exit(f"{e.strerror or e}: {e.filename}; free space there or choose another hydra.run.dir / "
               "paths.data_dir.", 1)

@@ -12,6 +12,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints
+from zoo.cli import in_multirun
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import UserError
 from zoo.loop import NonFiniteLoss, metric_summary
@@ -80,10 +81,11 @@ class RunOutputs:
 
 
 def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, zero_sums, privacy=None,
-                 progress: bool = True) -> RunOutputs:
+                 population_member: bool = False) -> RunOutputs:
     """Checkpoints (resuming from them when the run dir has some), logger, saver and early stopping of a run.
 
-    `progress=False` leaves out the progress bar (a population's members share one progress log)."""
+    A population's member has no progress bar (the members share one progress log). In a sweep, curves.png
+    is drawn in the background, while the sweep goes on."""
     out_dir = cfg.paths.output_dir
     ckpts, settings = None, checkpoint_settings(cfg, task)
     if cfg.checkpoint.enabled:
@@ -99,9 +101,9 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     early = early_stopping_for(cfg, settings)
     if early is not None and meta:
         early.load_state_dict(meta.get("early_stopping"))
-    logger_cfg = cfg.logger if progress else OmegaConf.merge(cfg.logger, {"progress": False})
+    logger_cfg = OmegaConf.merge(cfg.logger, {"progress": False}) if population_member else cfg.logger
     logger = RunLogger(out_dir, logger_cfg, total_steps, start_step=start_step, enabled=is_primary(),
-                       learning_rate=learning_rate_at(cfg, total_steps))
+                       learning_rate=learning_rate_at(cfg, total_steps), plot_in_background=population_member or in_multirun())
     if privacy:
         logger = EpsilonLogger(logger, privacy)
     return RunOutputs(cfg, task, total_steps, ckpts, logger, _saver(cfg, ckpts, stream, early), zero_sums, target,

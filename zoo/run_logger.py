@@ -1,9 +1,15 @@
 """Run artifacts: metrics.jsonl, TensorBoard scalars, a progress bar, results.json and curves.png."""
 import json
+import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
+
+
+log = logging.getLogger("zoo")
+_plotter = None  # one thread drawing the curves of a sweep's finished jobs while the next job runs
 
 
 class TensorBoardWriter:
@@ -38,8 +44,9 @@ class TensorBoardWriter:
 
 class RunLogger:
     def __init__(self, out_dir: str, cfg, total_steps: int, start_step: int = 0, enabled: bool = True,
-                 learning_rate=None):
+                 learning_rate=None, plot_in_background: bool = False):
         self.out_dir, self.enabled, self.history = out_dir, enabled, []
+        self.plot_in_background = plot_in_background  # close() returns before curves.png is drawn
         self.learning_rate = learning_rate  # step -> the schedule's rate, recorded with each train log
         self.train_flops_per_example = None  # set once the model summary knows it: train logs then carry GFLOP/s
         self._jsonl = self._tb = self._bar = None
@@ -113,8 +120,28 @@ class RunLogger:
         for handle in (self._bar, self._tb, self._jsonl):
             if handle is not None:
                 handle.close()
-        if self._plot and self.history:
-            plot_curves(self.history, main_metric, os.path.join(self.out_dir, "curves.png"))
+        if not (self._plot and self.history):
+            return
+        path = os.path.join(self.out_dir, "curves.png")
+        if self.plot_in_background:
+            global _plotter
+            _plotter = _plotter or ThreadPoolExecutor(max_workers=1, thread_name_prefix="zoo-curves")
+            _plotter.submit(_plot_or_warn, list(self.history), main_metric, path)
+        else:
+            plot_curves(self.history, main_metric, path)
+
+
+def wait_for_plots() -> None:
+    """Until the curves handed to the background thread are drawn (also done at interpreter exit)."""
+    if _plotter is not None:
+        _plotter.submit(lambda: None).result()
+
+
+def _plot_or_warn(history: list, main_metric: str, path: str) -> None:
+    try:
+        plot_curves(history, main_metric, path)
+    except Exception as e:  # noqa: BLE001 — the job it belongs to has finished; a missing plot must not end others
+        log.warning("could not draw %s: %s", path, e)
 
 
 def plot_curves(history: list, main_metric: str, path: str) -> None:
@@ -134,4 +161,5 @@ def plot_curves(history: list, main_metric: str, path: str) -> None:
         ax.ticklabel_format(axis="y", scilimits=(-3, 4))  # short tick labels (1e5 offset) fit the fixed margin
         ax.legend()
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.92, wspace=0.22)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path + ".tmp", dpi=100, format="png")
+    os.replace(path + ".tmp", path)  # a plot cut short by the process ending leaves no broken curves.png

@@ -24,7 +24,7 @@ class PopulationLauncher(Launcher):
         self.config = self.task_function = self.hydra_context = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
-        from zoo.population.launch import remember_compositions
+        from zoo.sweeps.compose_once import remember_compositions
 
         self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
         remember_compositions(hydra_context.config_loader)

@@ -8,10 +8,11 @@ sweep and each job start and end, and prints (seconds, median over --repeats com
                                what each further job adds besides its training; target <= 0.1 s
   sweep_overhead/with_start    (command wall - sum of wall_time_s) / jobs: the fixed start and end shared out
   sweep_overhead/in_job        per job, its span (on_job_start -> on_job_end) minus its wall_time_s:
-                               results.json, curves.png, closing the logs
-  sweep_overhead/between_jobs  per job, the rest: Hydra composing the job's config (twice with the basic
-                               sweeper: once to validate the batch, once to launch), saving it, setting up
-                               logging, the sweep summary table after the job
+                               the final checkpoint, results.json, closing the logs (curves.png is drawn
+                               in a background thread while the next job runs)
+  sweep_overhead/between_jobs  per job, the rest: Hydra composing the job's config (once: the sweeper
+                               validates the batch, the launcher takes that composition), saving it, setting
+                               up logging, the sweep summary table after the job
   sweep_overhead/start         process start -> the sweep's first callback (imports, composing the config)
   sweep_overhead/end           last job's end -> process exit: the final summary and plot, interpreter exit
 
@@ -98,8 +99,8 @@ def figures(run: dict) -> dict:
 
 NOTES = {"per_job": "(last job end - sweep start - sum wall_time_s) / jobs",
          "with_start": "(command wall - sum wall_time_s) / jobs: start and end shared out",
-         "in_job": "per job: its span - its wall_time_s (curves.png, results, closing logs)",
-         "between_jobs": "per job: composing its config (twice), job setup, the summary table",
+         "in_job": "per job: its span - its wall_time_s (final checkpoint, results, closing logs)",
+         "between_jobs": "per job: composing its config, job setup, the summary table",
          "start": "process start -> sweep start (imports, first composition)",
          "end": "last job end -> exit (final summary and plot, interpreter exit)"}
 

@@ -32,32 +32,6 @@ def trains_populations(train_population):
     return mark
 
 
-def remember_compositions(config_loader) -> None:
-    """Keep the job configs a sweeper composes to validate its batch, for `launch` to take instead of composing
-    them again (~0.25 s a job here: a sixth of a 16-trial population sweep).
-
-    Hydra's sweepers compose every job of a batch before launching it (Sweeper.validate_batch_is_legal) and
-    discard the result, because a launcher may run elsewhere; this one runs in the sweeper's process, so the
-    configs are the ones it would compose: same loader, master config and overrides."""
-    if getattr(config_loader, "composed", None) is not None:
-        return
-    compose, composed = config_loader.load_sweep_config, {}
-
-    def load_sweep_config(master_config, sweep_overrides):
-        sweep_config = compose(master_config, sweep_overrides)
-        composed[(id(master_config), tuple(sweep_overrides))] = sweep_config
-        return copy.deepcopy(sweep_config)  # 8 ms: what the sweeper does with its copy cannot reach ours
-
-    config_loader.load_sweep_config, config_loader.composed = load_sweep_config, composed
-
-
-def _sweep_config(config_loader, config, overrides: list):
-    """The job's composed config: the one validating the batch composed, or a fresh composition."""
-    composed = getattr(config_loader, "composed", None) or {}
-    sweep_config = composed.pop((id(config), tuple(overrides)), None)
-    return sweep_config if sweep_config is not None else config_loader.load_sweep_config(config, overrides)
-
-
 def launch(hydra_context, config, task_function, job_overrides, initial_job_idx: int, max_size: int) -> list:
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
@@ -66,7 +40,7 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
     jobs = []
     for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
         log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-        sweep_config = _sweep_config(hydra_context.config_loader, config, list(overrides))
+        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = sweep_config.hydra.job.num = idx
         jobs.append(sweep_config)

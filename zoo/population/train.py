@@ -93,7 +93,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     members, outcomes = [], [None] * len(cfgs)
     for i, (c, (_, host_state)) in enumerate(zip(cfgs, initial)):
         try:
-            out = open_outputs(c, task, streams[i], total_steps, host_state, zero, progress=False)
+            out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
             members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]))))
         except UserError as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
             outcomes[i] = e

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from zoo.errors import UserError
 from zoo.loop import TrialPruned
+from zoo.run_logger import wait_for_plots
 from zoo.sweeps import report
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class SweepSummary(Callback):
 
 
 def _summarise(sweep_dir: str, plot: bool, known: dict):
+    if plot:  # matplotlib draws one figure at a time: the jobs' curves first
+        wait_for_plots()
     try:
         return report.write_summary(sweep_dir, plot, known)
     except Exception as e:  # noqa: BLE001 — a summary problem must never fail a trial or a finished sweep

@@ -1,0 +1,55 @@
+"""A sweep composes each job once: the composition its sweeper validated is the one its launcher runs."""
+from hydra import initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_config_search_path
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+from conftest import CONF
+from zoo.sweeps.compose_once import KEPT, ComposeOnce, remember_compositions
+
+
+class CountingLoader:
+    def __init__(self):
+        self.calls = []
+
+    def load_sweep_config(self, master_config, sweep_overrides):
+        self.calls.append(list(sweep_overrides))
+        return OmegaConf.create({"overrides": list(sweep_overrides), "hydra": {"job": {"num": None}}})
+
+
+def test_a_validated_job_is_not_composed_again_to_launch_it():
+    loader, master = CountingLoader(), OmegaConf.create({})
+    remember_compositions(loader)
+    remember_compositions(loader)  # a second setup in the same process wraps nothing twice
+    validated = loader.load_sweep_config(master, ["lr=1"])  # what Sweeper.validate_batch_is_legal does
+    validated.hydra.job.num = 99  # the sweeper's own copy: changing it leaves the launcher's unchanged
+    job = loader.load_sweep_config(master, ["lr=1"])  # what the launcher does
+    assert loader.calls == [["lr=1"]] and job.overrides == ["lr=1"] and job.hydra.job.num is None
+    assert loader.load_sweep_config(master, ["lr=1"]).overrides == ["lr=1"]  # taken once: composed again
+    assert loader.load_sweep_config(master, ["lr=2"]).overrides == ["lr=2"]
+    assert loader.calls == [["lr=1"], ["lr=1"], ["lr=2"]]
+    for i in range(KEPT + 5):  # an unbounded sweep keeps a bounded number
+        loader.load_sweep_config(master, [f"seed={i}"])
+    assert len(loader.composed) == KEPT
+
+
+def test_the_kept_composition_is_the_one_hydra_composes():
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
+    master = loader.load_configuration("train", ["seed=0,1", "optimizer.learning_rate=1e-3,3e-3"], RunMode.MULTIRUN)
+    job = ["seed=1", "optimizer.learning_rate=3e-3"]
+    fresh = OmegaConf.to_container(loader.load_sweep_config(master, job))
+    remember_compositions(loader)
+    loader.load_sweep_config(master, job)
+    kept = loader.load_sweep_config(master, job)
+    assert OmegaConf.to_container(kept) == fresh and kept.seed == 1 and kept.optimizer.learning_rate == 3e-3
+
+
+def test_the_train_config_wraps_the_running_hydras_loader():
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        hydra = GlobalHydra.instance().hydra
+        cfg = hydra.compose_config("train", [], run_mode=RunMode.MULTIRUN)
+        assert cfg.hydra.callbacks.compose_once._target_ == "zoo.sweeps.compose_once.ComposeOnce"
+        ComposeOnce().on_multirun_start(cfg)
+        assert hydra.config_loader.composed is not None
