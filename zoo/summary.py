@@ -1,7 +1,10 @@
 """Model summary at the start of a run: parameters per layer, and XLA's own FLOPs count of the programs it runs.
 
-FLOPs come from `lowered.cost_analysis()` of the run's train step (one step, K=1) and eval step, lowered
-but not compiled. Under pmap and sharded each device runs its own program; the figures are summed over devices,
+FLOPs come from `lowered.cost_analysis()` of the run's train call and eval step, lowered but not compiled.
+The train call is lowered for the shapes of the run's calls (K steps), so its first real call reuses that
+trace and lowering instead of paying them again (0.2 s of a default MLP run); XLA counts the K-step loop's body
+once, so the count is one step's (within 0.5% of a one-step program's; tests/test_trainer_features.py checks
+it against the model's arithmetic). Under pmap and sharded each device runs its own program; the figures are summed over devices,
 so work every device repeats (the optimizer update on replicated parameters) counts once per device: what the
 hardware does.
 """
@@ -39,14 +42,16 @@ def xla_flops(fn, *args):
     return float(flops) if flops > 0 else None
 
 
-def summarize(run, state, flops: bool = True) -> dict:
-    """results.json's `model`: params, param_bytes, train_step_flops, eval_flops_per_example (global batch)."""
+def summarize(run, state, flops: bool = True, call_length: int = 1) -> dict:
+    """results.json's `model`: params, param_bytes, train_step_flops, eval_flops_per_example (global batch).
+    `call_length`: the steps of each train call the run makes (zoo.loop.call_length)."""
     compiled, mode = run.compiled, run.compiled.mode
     counts = count_parameters(run.host_state.params)
     if not flops:
         return counts
     acc = mode.put_replicated(compiled.zero_sums)
-    return {**counts, **step_flops(compiled.train_chunk, compiled.eval_step, state, acc, run.feed.args(0, 1),
+    first_call = run.feed.args(0, call_length, pad_to=call_length)
+    return {**counts, **step_flops(compiled.train_chunk, compiled.eval_step, state, acc, first_call,
                                    next(iter(run.eval_sets.values()))[0][0], mode.num_devices, leaves=True)}
 
 
@@ -56,11 +61,11 @@ def count_parameters(params) -> dict:
             "layers": {name: n for name, (n, _) in layers.items()}}
 
 
-def step_flops(train_chunk, eval_step, state, acc, one_step_args: tuple, eval_batch, devices: int,
+def step_flops(train_chunk, eval_step, state, acc, chunk_args: tuple, eval_batch, devices: int,
                leaves: bool = False) -> dict:
-    """FLOPs of one train step (a chunk of one: `one_step_args` follow state and acc) and of one eval example,
-    summed over `devices`. `leaves`: train_chunk takes the state's leaves (zoo.steps.over_leaves)."""
-    train_flops = xla_flops(train_chunk, jax.tree.leaves(state) if leaves else state, acc, *one_step_args)
+    """FLOPs of one train step (of a chunk: `chunk_args` follow state and acc) and of one eval example, summed
+    over `devices`. `leaves`: train_chunk takes the state's leaves (zoo.steps.over_leaves)."""
+    train_flops = xla_flops(train_chunk, jax.tree.leaves(state) if leaves else state, acc, *chunk_args)
     eval_flops = xla_flops(eval_step, state, acc, eval_batch)
     eval_rows = int(np.size(eval_batch["mask"]))
     return {"train_step_flops": None if train_flops is None else train_flops * devices,
@@ -92,9 +97,10 @@ def achieved_gflop_s(model: dict | None, batch_size: int, examples_per_s: float)
     return model["train_step_flops"] / batch_size * examples_per_s / 1e9
 
 
-def describe(cfg, run, state, logger) -> dict:
+def describe(cfg, run, state, logger, call_length: int = 1) -> dict:
     """Parameter counts always; with logger.summary also the layer table and FLOPs, logged before step one."""
-    return report(cfg, summarize(run, state, flops=cfg.logger.summary), run.stream.batch_size, [logger])
+    model = summarize(run, state, flops=cfg.logger.summary, call_length=call_length)
+    return report(cfg, model, run.stream.batch_size, [logger])
 
 
 def report(cfg, model: dict, batch_size: int, loggers: list) -> dict:

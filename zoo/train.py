@@ -12,7 +12,7 @@ from zoo.config import validate
 from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
 from zoo.data.feed import TrainFeed, fits_on_device
 from zoo.errors import UserError
-from zoo.loop import DEFAULT_STEPS_PER_CALL, Compiled, evaluate, fit, total_steps_for
+from zoo.loop import DEFAULT_STEPS_PER_CALL, Compiled, call_length, evaluate, fit, total_steps_for
 from zoo.ema import evaluating_averaged
 from zoo.optim import build_optimizer, check_run_length
 from zoo.outputs import open_outputs
@@ -113,7 +113,7 @@ def train(cfg: DictConfig) -> dict:
     out = open_outputs(cfg, compiled.task, run.stream, run.total_steps, run.host_state, compiled.zero_sums,
                        run.privacy)
     state = mode.put_state(out.host_state)
-    model = describe(cfg, run, state, out.logger)
+    model = describe(cfg, run, state, out.logger, call_length(cfg.trainer, compiled, out.end_step - out.start_step))
     if cfg.trainer.ema_decay is not None:
         log.info("evals use the exponential moving average of the parameters (trainer.ema_decay=%s)",
                  cfg.trainer.ema_decay)
