@@ -308,3 +308,15 @@ def test_quick_privacy_benchmark_reports_every_row(data_dir, tmp_path):
                                        "accuracy/digits_mlp/eps=3"]
     assert all(math.isfinite(r["value"]) and r["value"] > 0 for r in rows)
     assert [r["id"] for r in json.loads(out.read_text())["rows"]] == [r["id"] for r in rows]
+
+
+def test_runs_without_privacy_do_not_import_the_accountant():
+    """dp-accounting and scipy.stats take ~1 s to import; a run with privacy=none never needs them."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    probe = "import sys, train; print(sorted(m for m in ('dp_accounting', 'scipy.stats') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -8,7 +8,6 @@ from typing import Optional
 from flax import nnx
 
 from zoo.errors import UserError
-from zoo.privacy import accountant as acc
 from zoo.privacy.gradients import make_private_gradients
 from zoo.privacy.sampling import PoissonStream, chunk_bounds, max_batch_size
 
@@ -34,6 +33,8 @@ class PrivacyPlan:
     stream: PoissonStream
 
     def epsilon(self, steps: int) -> float:
+        from zoo.privacy import accountant as acc
+
         return acc.epsilon(self.q, self.noise_multiplier, steps, self.accountant_delta, self.accountant)
 
     def record(self, steps: int) -> dict:
@@ -65,6 +66,7 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     p = cfg.privacy
     if p.mode == "none":
         return None
+    from zoo.privacy import accountant as acc  # dp-accounting imports scipy.stats: ~1 s that other runs skip
     n, batch_size = len(train_split), cfg.trainer.batch_size
     q = batch_size / n
     delta = p.delta if p.delta is not None else min(1e-5, 1.0 / n)

@@ -10,7 +10,6 @@ probability p that any step overflows, so (epsilon, delta_accountant)-DP Poisson
 import math
 
 import numpy as np
-from scipy import stats
 
 SAMPLING_STREAM = 0x5A3D  # seeds (seed, stream, step): apart from the epoch shuffles seeded (seed, epoch)
 
@@ -18,6 +17,8 @@ SAMPLING_STREAM = 0x5A3D  # seeds (seed, stream, step): apart from the epoch shu
 def max_batch_size(n: int, q: float, steps: int, overflow_probability: float, multiple: int = 1) -> tuple:
     """(rows, p): the fewest rows, a multiple of `multiple`, that `steps` Poisson samples overflow with probability
     p <= overflow_probability. Counted for n + 1 examples: the neighbouring dataset may hold one more."""
+    from scipy import stats  # ~0.5 s to import: private runs only
+
     rows = int(stats.binom.isf(overflow_probability / max(steps, 1), n + 1, q))
     rows = min(-(-rows // multiple) * multiple, -(-(n + 1) // multiple) * multiple)
     return rows, float(min(1.0, steps * stats.binom.sf(rows, n + 1, q)))
