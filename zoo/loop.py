@@ -97,7 +97,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     checkpoint_every = cfg.checkpoint_every if save else 0
     eval_every = cfg.eval_every  # config reads cost ~14 us each: keep them out of the step loop
     periodic_split = next(iter(eval_sets))
-    length = call_length(cfg, compiled, total_steps - start_step, saving=save is not None)
+    length = call_length(cfg, compiled, total_steps - start_step, saving=bool(save))
     zeros = mode.put_replicated(compiled.zero_sums)  # not donated by the train call: reused every interval
     acc = zeros if sums is None else mode.put_replicated(sums)
     step, last_logged, train_metrics, last_finite, ended = start_step, start_step, {}, None, False

@@ -103,7 +103,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         early.load_state_dict(meta.get("early_stopping"))
     logger_cfg = OmegaConf.merge(cfg.logger, {"progress": False}) if population_member else cfg.logger
     logger = RunLogger(out_dir, logger_cfg, total_steps, start_step=start_step, enabled=is_primary(),
-                       learning_rate=learning_rate_at(cfg, total_steps), plot_in_background=population_member or in_multirun())
+                       learning_rate=learning_rate_at(cfg, total_steps),
+                       plot_in_background=population_member or in_multirun())
     if privacy:
         logger = EpsilonLogger(logger, privacy)
     return RunOutputs(cfg, task, total_steps, ckpts, logger, _saver(cfg, ckpts, stream, early), zero_sums, target,

@@ -2,11 +2,11 @@
 
 FLOPs come from `lowered.cost_analysis()` of the run's train call and eval step, lowered but not compiled.
 The train call is lowered for the shapes of the run's calls (K steps), so its first real call reuses that
-trace and lowering instead of paying them again (0.2 s of a default MLP run); XLA counts the K-step loop's body
-once, so the count is one step's (within 0.5% of a one-step program's; tests/test_trainer_features.py checks
-it against the model's arithmetic). Under pmap and sharded each device runs its own program; the figures are summed over devices,
-so work every device repeats (the optimizer update on replicated parameters) counts once per device: what the
-hardware does.
+trace and lowering instead of paying them again (0.2 s of a default MLP run); XLA counts the K-step loop's
+body once, so the count is one step's (within 0.5% of a one-step program's; tests/test_trainer_features.py
+checks it against the model's arithmetic). Under pmap and sharded each device runs its own program; the
+figures are summed over devices, so work every device repeats (the optimizer update on replicated
+parameters) counts once per device: what the hardware does.
 """
 import logging
 from collections import defaultdict
