@@ -2,6 +2,7 @@
 launcher's, eval.py on a member, a diverging member failing alone, Optuna batches as one program."""
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -33,6 +34,9 @@ def test_jobs_are_grouped_by_structure_and_split_at_max_size(grouped_sweep):
     assert members == {0: 3, 1: 3, 2: 3, 3: None, 4: 3, 5: 3, 6: 3, 7: None}  # the ones left over run solo
     rows = summary_rows(sweep)
     assert len(rows) == 8 and {r["status"] for r in rows} == {"completed"}
+    # a population's jobs end together: one summary after its last job, not one after each
+    so_far = [int(n) for n in re.findall(r"sweep so far: (\d+) jobs", proc.stderr + proc.stdout)]
+    assert so_far == [3, 4, 7, 8]
 
 
 def test_eval_of_a_member_reproduces_its_final_metrics(grouped_sweep, data_dir):

@@ -6,6 +6,7 @@ Hydra's own run_job with a task function that hands back its outcome, so job dir
 callbacks (the sweep summary) and return values are those of Hydra's basic launcher. Any other task function,
 and a group of one, runs job by job exactly like the basic launcher.
 """
+import contextlib
 import copy
 import functools
 import logging
@@ -58,13 +59,21 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         if len(group) > 1:
             log.info("training jobs %s as one population", ", ".join(f"#{jobs[i].hydra.job.num}" for i in group))
             outcomes = _train_group(trainer, [jobs[i] for i in group], [task_cfgs[i] for i in group])
-        for n, i in enumerate(group):
-            fn = task_function if outcomes is None else functools.partial(_hand_back, outcomes[n])
-            returns[i] = run_job(hydra_context=hydra_context, task_function=fn, config=jobs[i],
-                                 job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-            configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+        with _one_summary() if outcomes is not None else contextlib.nullcontext():
+            for n, i in enumerate(group):
+                fn = task_function if outcomes is None else functools.partial(_hand_back, outcomes[n])
+                returns[i] = run_job(hydra_context=hydra_context, task_function=fn, config=jobs[i],
+                                     job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+                configure_log(config.hydra.hydra_logging, config.hydra.verbose)
         _exit_if_preempted(outcomes)
     return returns
+
+
+def _one_summary():
+    """A population's jobs all end at once: the sweep summary is written after the last, not after each."""
+    from zoo.sweeps.summary_callback import summary_after_batch
+
+    return summary_after_batch()
 
 
 def _task_config(sweep_config):

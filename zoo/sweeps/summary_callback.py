@@ -4,8 +4,11 @@ Registered under `hydra.callbacks` in conf/train.yaml. The table (summary.csv, s
 every job, so it is current while a sweep runs; the plot (summary.png, a matplotlib figure costing more than the
 table) is drawn at the end. Hydra's basic sweeper raises after a multirun with a failed job and then never calls
 on_multirun_end, so from a job's failure on the plot is redrawn after every job too.
-A job stopped by the sweep's pruner leaves a failure.json with status `pruned`.
+A job stopped by the sweep's pruner leaves a failure.json with status `pruned`. Jobs a launcher ends back to
+back (a population's members, inside `summary_after_batch()`) get one summary, after the last of them.
 """
+import contextlib
+import functools
 import json
 import logging
 import os
@@ -22,6 +25,21 @@ from zoo.run_logger import wait_for_plots
 from zoo.sweeps import report
 
 log = logging.getLogger(__name__)
+_batch = {"open": False, "last": None}  # last: the summary the batch's last ended job would have written
+
+
+@contextlib.contextmanager
+def summary_after_batch():
+    """Jobs ending inside this block are summarised once, at its end: their results are all written before the
+    first of them ends, so each summary in between would read and draw the same sweep again."""
+    _batch.update(open=True, last=None)
+    try:
+        yield
+    finally:
+        last = _batch["last"]
+        _batch.update(open=False, last=None)
+        if last is not None:
+            last()
 
 
 def write_failure(job_dir: str, job_return: JobReturn) -> None:
@@ -51,7 +69,14 @@ class SweepSummary(Callback):
             write_failure(config.hydra.runtime.output_dir, job_return)
             # a pruned trial is routine: sweepers that prune go on and end with on_multirun_end
             self.plot_each_job |= not isinstance(job_return._return_value, TrialPruned)
-        s = _summarise(config.hydra.sweep.dir, self.plot_each_job, self.known)
+        report_now = functools.partial(self._report_so_far, str(config.hydra.sweep.dir))
+        if _batch["open"]:
+            _batch["last"] = report_now
+        else:
+            report_now()
+
+    def _report_so_far(self, sweep_dir: str) -> None:
+        s = _summarise(sweep_dir, self.plot_each_job, self.known)
         if s is not None:
             counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned")}
             log.info("sweep so far: %d jobs, %d failed, %d pruned. %s", len(s["rows"]), counts["failed"],
