@@ -7,9 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
+from zoo.curves import CurvesProcess, ProcessGone, plot_curves
 
 log = logging.getLogger("zoo")
-_plotter = None  # one thread drawing the curves of a sweep's finished jobs while the next job runs
+_plotter = None  # one thread handing a sweep's finished jobs' curves to the drawing process, one at a time
+_drawer = CurvesProcess()
 
 
 class TensorBoardWriter:
@@ -132,34 +134,21 @@ class RunLogger:
 
 
 def wait_for_plots() -> None:
-    """Until the curves handed to the background thread are drawn (also done at interpreter exit)."""
+    """Until the curves handed to the background thread are drawn (also done at interpreter exit). The thread
+    only waits on the child process (zoo.curves) that draws them, so it holds no GIL the next job needs."""
     if _plotter is not None:
         _plotter.submit(lambda: None).result()
 
 
 def _plot_or_warn(history: list, main_metric: str, path: str) -> None:
+    global _drawer
     try:
+        if _drawer is not None:
+            try:
+                return _drawer.draw(history, main_metric, path)
+            except ProcessGone as e:  # no child process: draw in this one, for the rest of the sweep
+                log.warning("drawing curves in this process from now on: %s", e)
+                _drawer = None
         plot_curves(history, main_metric, path)
     except Exception as e:  # noqa: BLE001 — the job it belongs to has finished; a missing plot must not end others
         log.warning("could not draw %s: %s", path, e)
-
-
-def plot_curves(history: list, main_metric: str, path: str) -> None:
-    # A bare Figure (no pyplot state to keep) with fixed margins: tight_layout would draw the figure an extra
-    # time to measure its labels, a third of this plot's cost, paid by every job of a sweep.
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 4))
-    axes = fig.subplots(1, 2)
-    for ax, metric in zip(axes, ("loss", main_metric)):
-        for split in sorted({r["split"] for r in history}):
-            points = [(r["step"], r[metric]) for r in history if r["split"] == split and metric in r]
-            if points:
-                ax.plot(*zip(*points), marker="o" if split != "train" else None, label=split)
-        ax.set_xlabel("step")
-        ax.set_ylabel(metric)
-        ax.ticklabel_format(axis="y", scilimits=(-3, 4))  # short tick labels (1e5 offset) fit the fixed margin
-        ax.legend()
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.92, wspace=0.22)
-    fig.savefig(path + ".tmp", dpi=100, format="png")
-    os.replace(path + ".tmp", path)  # a plot cut short by the process ending leaves no broken curves.png

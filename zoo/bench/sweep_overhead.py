@@ -9,7 +9,7 @@ sweep and each job start and end, and prints (seconds, median over --repeats com
   sweep_overhead/with_start    (command wall - sum of wall_time_s) / jobs: the fixed start and end shared out
   sweep_overhead/in_job        per job, its span (on_job_start -> on_job_end) minus its wall_time_s:
                                the final checkpoint, results.json, closing the logs (curves.png is drawn
-                               in a background thread while the next job runs)
+                               by a child process while the next job runs)
   sweep_overhead/between_jobs  per job, the rest: Hydra composing the job's config (once: the sweeper
                                validates the batch, the launcher takes that composition), saving it, setting
                                up logging, the sweep summary table after the job

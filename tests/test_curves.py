@@ -1,0 +1,68 @@
+"""curves.png of a sweep's jobs: drawn by a child process, the same figure as drawn in the run's own process."""
+import logging
+
+import matplotlib.image
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from zoo import curves, run_logger
+
+HISTORY = [{"step": s, "split": "train", "loss": 1.0 / s, "accuracy": 1 - 0.5 / s} for s in (10, 20, 30)] + \
+          [{"step": 30, "split": "test", "loss": 0.2, "accuracy": 0.9, "count": 100}]
+
+
+@pytest.fixture
+def drawer():
+    child = curves.CurvesProcess()
+    yield child
+    if child._proc is not None:
+        child._proc.kill()
+        child._proc.wait()
+
+
+def test_the_child_draws_the_figure_the_run_would(drawer, tmp_path):
+    drawer.draw(HISTORY, "accuracy", str(tmp_path / "child.png"))
+    curves.plot_curves(HISTORY, "accuracy", str(tmp_path / "here.png"))
+    child, here = (matplotlib.image.imread(tmp_path / f"{n}.png") for n in ("child", "here"))
+    assert child.shape[:2] == (400, 1000)
+    np.testing.assert_array_equal(child, here)
+    assert drawer._proc.poll() is None  # one child serves every request
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_child_that_exited_is_started_again(drawer, tmp_path):
+    drawer.draw(HISTORY, "accuracy", str(tmp_path / "a.png"))
+    first = drawer._proc
+    first.kill()
+    first.wait()
+    drawer.draw(HISTORY, "accuracy", str(tmp_path / "b.png"))
+    assert drawer._proc is not first and (tmp_path / "b.png").exists()
+
+
+def test_a_drawing_error_is_reported_by_the_child(drawer, tmp_path):
+    with pytest.raises(RuntimeError, match="No such file or directory") as e:
+        drawer.draw(HISTORY, "accuracy", str(tmp_path / "missing" / "curves.png"))
+    assert not isinstance(e.value, curves.ProcessGone)
+
+
+def test_background_curves_go_to_the_child(tmp_path, monkeypatch, drawer):
+    monkeypatch.setattr(run_logger, "_drawer", drawer)
+    cfg = OmegaConf.create({"tensorboard": False, "progress": False, "plot": True})
+    logger = run_logger.RunLogger(str(tmp_path), cfg, 30, plot_in_background=True)
+    for record in HISTORY:
+        logger.log(record["step"], record["split"], {k: v for k, v in record.items() if k not in ("step", "split")})
+    logger.close("accuracy")
+    run_logger.wait_for_plots()
+    assert matplotlib.image.imread(tmp_path / "curves.png").shape[:2] == (400, 1000)
+    assert drawer._proc is not None and drawer._proc.poll() is None
+
+
+def test_without_a_child_the_curves_are_drawn_here_with_a_warning(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(curves.sys, "executable", str(tmp_path / "no-python"))
+    monkeypatch.setattr(run_logger, "_drawer", curves.CurvesProcess())
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        run_logger._plot_or_warn(HISTORY, "accuracy", str(tmp_path / "curves.png"))
+    assert (tmp_path / "curves.png").exists()
+    assert run_logger._drawer is None  # the rest of the sweep draws here too
+    assert "drawing curves in this process from now on" in caplog.text

@@ -1,0 +1,84 @@
+"""curves.png: a run's loss and main metric against steps, and the child process that draws a sweep's.
+
+matplotlib holds the GIL while it draws (~0.1 s a figure). A thread of the sweep's own process drawing the last
+job's curves therefore slows the next job's host work by that much; a child interpreter (`python -m
+zoo.curves`, reading one JSON request per line, answering one line each) draws them on another core instead.
+Only JSON crosses the pipe.
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def plot_curves(history: list, main_metric: str, path: str) -> None:
+    # A bare Figure (no pyplot state to keep) with fixed margins: tight_layout would draw the figure an extra
+    # time to measure its labels, a third of this plot's cost, paid by every job of a sweep.
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
+    for ax, metric in zip(axes, ("loss", main_metric)):
+        for split in sorted({r["split"] for r in history}):
+            points = [(r["step"], r[metric]) for r in history if r["split"] == split and metric in r]
+            if points:
+                ax.plot(*zip(*points), marker="o" if split != "train" else None, label=split)
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        ax.ticklabel_format(axis="y", scilimits=(-3, 4))  # short tick labels (1e5 offset) fit the fixed margin
+        ax.legend()
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.92, wspace=0.22)
+    fig.savefig(path + ".tmp", dpi=100, format="png")
+    os.replace(path + ".tmp", path)  # a plot cut short by the process ending leaves no broken curves.png
+
+
+class ProcessGone(RuntimeError):
+    """The drawing child could not be started or has exited."""
+
+
+class CurvesProcess:
+    """The drawing child, started at the first request. `draw` blocks the calling thread (not the GIL) until
+    the figure is written; it raises ProcessGone without a child, RuntimeError if the child could not draw."""
+
+    def __init__(self):
+        self._proc = None
+
+    def draw(self, history: list, main_metric: str, path: str) -> None:
+        request = {"history": history, "metric": main_metric, "path": os.path.abspath(path)}
+        try:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            reply = self._proc.stdout.readline()
+        except OSError as e:  # could not start it, or a broken pipe
+            raise ProcessGone(f"the curves process is gone ({e})") from None
+        if not reply:
+            raise ProcessGone(f"the curves process exited (code {self._proc.wait()})")
+        error = json.loads(reply).get("error")
+        if error:
+            raise RuntimeError(error)
+
+    @staticmethod
+    def _start() -> subprocess.Popen:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `zoo` is importable from
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        return subprocess.Popen([sys.executable, "-m", "zoo.curves"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, env=env)
+
+
+def main() -> None:
+    """The child: draw each request; stop when the parent closes the pipe (or exits)."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            plot_curves(request["history"], request["metric"], request["path"])
+            reply = {}
+        except Exception as e:  # noqa: BLE001 — reported to the parent, which warns; the next request may work
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
