@@ -66,3 +66,17 @@ def test_without_a_child_the_curves_are_drawn_here_with_a_warning(tmp_path, monk
     assert (tmp_path / "curves.png").exists()
     assert run_logger._drawer is None  # the rest of the sweep draws here too
     assert "drawing curves in this process from now on" in caplog.text
+
+
+def test_the_sweep_summary_plot_is_drawn_by_the_child_as_here(tmp_path, monkeypatch, drawer):
+    from zoo.sweeps import plots
+
+    rows = [{"job": str(i), "status": "completed", "objective": 0.9 + i / 100, "params": {"lr": 10.0 ** -i}}
+            for i in range(1, 4)]
+    summary = {"objective": "test/accuracy", "direction": "maximize", "rows": rows, "params": ["lr"]}
+    monkeypatch.setattr(run_logger, "_drawer", drawer)
+    run_logger.draw_summary_plot(summary, str(tmp_path / "child.png"))
+    assert drawer._proc is not None  # drawn by the child, not here
+    plots.write_plot(summary, str(tmp_path / "here.png"))
+    child, here = (matplotlib.image.imread(tmp_path / f"{n}.png") for n in ("child", "here"))
+    np.testing.assert_array_equal(child, here)

@@ -1,9 +1,9 @@
-"""curves.png: a run's loss and main metric against steps, and the child process that draws a sweep's.
+"""curves.png: a run's loss and main metric against steps, and the child process that draws a sweep's figures.
 
 matplotlib holds the GIL while it draws (~0.1 s a figure). A thread of the sweep's own process drawing the last
 job's curves therefore slows the next job's host work by that much; a child interpreter (`python -m
-zoo.curves`, reading one JSON request per line, answering one line each) draws them on another core instead.
-Only JSON crosses the pipe.
+zoo.curves`, reading one JSON request per line, answering one line each) draws them on another core instead,
+and the sweep's summary.png at the end (matplotlib is loaded there already). Only JSON crosses the pipe.
 """
 import json
 import os
@@ -44,7 +44,13 @@ class CurvesProcess:
         self._proc = None
 
     def draw(self, history: list, main_metric: str, path: str) -> None:
-        request = {"history": history, "metric": main_metric, "path": os.path.abspath(path)}
+        self._request({"history": history, "metric": main_metric, "path": os.path.abspath(path)})
+
+    def draw_summary(self, summary: dict, path: str) -> None:
+        """summary.png of zoo.sweeps.report.collect's `summary` (zoo.sweeps.plots.write_plot)."""
+        self._request({"summary": summary, "path": os.path.abspath(path)})
+
+    def _request(self, request: dict) -> None:
         try:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
@@ -72,7 +78,12 @@ def main() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            plot_curves(request["history"], request["metric"], request["path"])
+            if "summary" in request:
+                from zoo.sweeps.plots import write_plot
+
+                write_plot(request["summary"], request["path"])
+            else:
+                plot_curves(request["history"], request["metric"], request["path"])
             reply = {}
         except Exception as e:  # noqa: BLE001 — reported to the parent, which warns; the next request may work
             reply = {"error": f"{type(e).__name__}: {e}"}

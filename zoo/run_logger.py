@@ -126,11 +126,15 @@ class RunLogger:
             return
         path = os.path.join(self.out_dir, "curves.png")
         if self.plot_in_background:
-            global _plotter
-            _plotter = _plotter or ThreadPoolExecutor(max_workers=1, thread_name_prefix="zoo-curves")
-            _plotter.submit(_plot_or_warn, list(self.history), main_metric, path)
+            _background().submit(_plot_or_warn, list(self.history), main_metric, path)
         else:
             plot_curves(self.history, main_metric, path)
+
+
+def _background() -> ThreadPoolExecutor:
+    global _plotter
+    _plotter = _plotter or ThreadPoolExecutor(max_workers=1, thread_name_prefix="zoo-curves")
+    return _plotter
 
 
 def wait_for_plots() -> None:
@@ -140,15 +144,27 @@ def wait_for_plots() -> None:
         _plotter.submit(lambda: None).result()
 
 
+def draw_summary_plot(summary: dict, path: str) -> None:
+    """A sweep's summary.png, drawn after every curves.png handed over before it, by the same child process."""
+    from zoo.sweeps.plots import write_plot
+
+    _background().submit(_draw, "draw_summary", write_plot, summary, path).result()
+
+
 def _plot_or_warn(history: list, main_metric: str, path: str) -> None:
-    global _drawer
     try:
-        if _drawer is not None:
-            try:
-                return _drawer.draw(history, main_metric, path)
-            except ProcessGone as e:  # no child process: draw in this one, for the rest of the sweep
-                log.warning("drawing curves in this process from now on: %s", e)
-                _drawer = None
-        plot_curves(history, main_metric, path)
+        _draw("draw", plot_curves, history, main_metric, path)
     except Exception as e:  # noqa: BLE001 — the job it belongs to has finished; a missing plot must not end others
         log.warning("could not draw %s: %s", path, e)
+
+
+def _draw(method: str, here, *args) -> None:
+    """The child's `method`, or `here` (the same drawing in this process) once the child is gone."""
+    global _drawer
+    if _drawer is not None:
+        try:
+            return getattr(_drawer, method)(*args)
+        except ProcessGone as e:  # no child process: draw in this one, for the rest of the sweep
+            log.warning("drawing curves in this process from now on: %s", e)
+            _drawer = None
+    here(*args)

@@ -161,14 +161,15 @@ def best_text(s: dict) -> str:
             f"`{' '.join(b['overrides'])}`; run directory: {b['run_dir']}")
 
 
-def write_summary(root: str, plot: bool = True, known: dict = None) -> dict:
-    """summary.csv and summary.md, and summary.png if `plot` (matplotlib costs more than the table: ~0.2 s)."""
+def write_summary(root: str, plot: bool = True, known: dict = None, draw_plot=plots.write_plot) -> dict:
+    """summary.csv and summary.md, and summary.png if `plot` (matplotlib costs more than the table: ~0.2 s),
+    drawn by `draw_plot(summary, path)`."""
     with _one_writer_at_a_time(root):
         s = collect(root, known)
         write_csv(s, os.path.join(root, "summary.csv"))
         write_markdown(s, os.path.join(root, "summary.md"))
         if plot:
-            plots.write_plot(s, os.path.join(root, "summary.png"))
+            draw_plot(s, os.path.join(root, "summary.png"))
     return s
 
 

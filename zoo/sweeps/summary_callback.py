@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from zoo.errors import UserError
 from zoo.loop import TrialPruned
-from zoo.run_logger import wait_for_plots
+from zoo.run_logger import draw_summary_plot
 from zoo.sweeps import report
 
 log = logging.getLogger(__name__)
@@ -90,10 +90,8 @@ class SweepSummary(Callback):
 
 
 def _summarise(sweep_dir: str, plot: bool, known: dict):
-    if plot:  # matplotlib draws one figure at a time: the jobs' curves first
-        wait_for_plots()
-    try:
-        return report.write_summary(sweep_dir, plot, known)
+    try:  # summary.png is drawn after the jobs' curves, by the process that draws those
+        return report.write_summary(sweep_dir, plot, known, draw_plot=draw_summary_plot)
     except Exception as e:  # noqa: BLE001 — a summary problem must never fail a trial or a finished sweep
         log.warning("could not write the sweep summary in %s: %s (rebuild it with `python -m zoo.sweeps.report`)",
                     sweep_dir, e)
