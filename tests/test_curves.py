@@ -80,3 +80,15 @@ def test_the_sweep_summary_plot_is_drawn_by_the_child_as_here(tmp_path, monkeypa
     plots.write_plot(summary, str(tmp_path / "here.png"))
     child, here = (matplotlib.image.imread(tmp_path / f"{n}.png") for n in ("child", "here"))
     np.testing.assert_array_equal(child, here)
+
+
+def test_a_single_run_starts_the_child_early_and_returns_with_its_curves(tmp_path, monkeypatch, drawer):
+    monkeypatch.setattr(run_logger, "_drawer", drawer)
+    cfg = OmegaConf.create({"tensorboard": False, "progress": False, "plot": True})
+    logger = run_logger.RunLogger(str(tmp_path), cfg, 30)
+    run_logger.wait_for_plots()
+    assert drawer._proc is not None and drawer._proc.poll() is None  # started with the run, before any figure
+    for record in HISTORY:
+        logger.log(record["step"], record["split"], {k: v for k, v in record.items() if k not in ("step", "split")})
+    logger.close("accuracy")  # no waiting: the figure is there when close returns
+    assert matplotlib.image.imread(tmp_path / "curves.png").shape[:2] == (400, 1000)

@@ -43,6 +43,14 @@ class CurvesProcess:
     def __init__(self):
         self._proc = None
 
+    def start(self) -> None:
+        """Start the child now, without waiting: it loads matplotlib while the run trains."""
+        try:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+        except OSError as e:
+            raise ProcessGone(f"the curves process cannot start ({e})") from None
+
     def draw(self, history: list, main_metric: str, path: str) -> None:
         self._request({"history": history, "metric": main_metric, "path": os.path.abspath(path)})
 
@@ -51,9 +59,8 @@ class CurvesProcess:
         self._request({"summary": summary, "path": os.path.abspath(path)})
 
     def _request(self, request: dict) -> None:
+        self.start()
         try:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = self._start()
             self._proc.stdin.write(json.dumps(request) + "\n")
             self._proc.stdin.flush()
             reply = self._proc.stdout.readline()
@@ -75,6 +82,8 @@ class CurvesProcess:
 
 def main() -> None:
     """The child: draw each request; stop when the parent closes the pipe (or exits)."""
+    import matplotlib.figure  # noqa: F401 — loaded before the first request arrives, while the run trains
+
     for line in sys.stdin:
         request = json.loads(line)
         try:

@@ -61,6 +61,8 @@ class RunLogger:
         if cfg.progress:
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
         self._plot = cfg.plot
+        if self._plot:
+            _background().submit(_draw, "start", lambda: None)  # matplotlib loads in the child meanwhile
 
     @staticmethod
     def _open_jsonl(path: str, start_step: int, history: list):
@@ -127,8 +129,8 @@ class RunLogger:
         path = os.path.join(self.out_dir, "curves.png")
         if self.plot_in_background:
             _background().submit(_plot_or_warn, list(self.history), main_metric, path)
-        else:
-            plot_curves(self.history, main_metric, path)
+        else:  # a single run returns with its curves drawn
+            _background().submit(_draw, "draw", plot_curves, list(self.history), main_metric, path).result()
 
 
 def _background() -> ThreadPoolExecutor:
