@@ -188,3 +188,30 @@ def test_ctrl_c_saves_and_stops_and_a_second_one_stops_at_once(make_cfg, tmp_pat
             train(make_cfg(*common))
     assert Checkpoints(str(checkpoints), read_only=True).steps() == [2, 3, 4]  # nothing saved after the 2nd
     assert train(make_cfg(*common))["start_step"] == 4
+
+
+class _SignalAfterFirstRead:
+    """A stop flag whose signal lands just after the loop first reads it: between its save and its break."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def __bool__(self):
+        self.reads += 1
+        return self.reads > 1
+
+
+def test_a_signal_landing_mid_step_still_saves_the_step_the_run_stops_at(make_cfg, tmp_path):
+    from zoo.loop import fit
+    from zoo.run_logger import RunLogger
+
+    cfg = make_cfg("model.hidden=[8]", "trainer.max_steps=20", "trainer.log_every=1", "trainer.eval_every=0",
+                   "logger=quiet")
+    run = build(cfg)
+    saved = []
+    logger = RunLogger(str(tmp_path / "log"), cfg.logger, run.total_steps)
+    _, _, _, step = fit(run.compiled.mode.put_state(run.host_state), run.compiled, run.feed, run.eval_sets,
+                        cfg.trainer, run.total_steps, logger, save=lambda s, *_: saved.append(s),
+                        stop=_SignalAfterFirstRead())
+    logger.close("accuracy")
+    assert step < run.total_steps and saved == [step]  # stopped early, and where it stopped is saved

@@ -134,12 +134,13 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
             ended = stop_early is not None and stop_early(step, eval_metrics)
         pruned = on_eval is not None and eval_metrics is not None and on_eval(step, eval_metrics)
         checkpoint_due = (checkpoint_every and step % checkpoint_every == 0) or (stop_early and eval_metrics)
-        if save and step < total_steps and (checkpoint_due or stop or pruned or ended):
+        stopping = bool(stop)  # read once: a signal landing between the save and the break must not skip the save
+        if save and step < total_steps and (checkpoint_due or stopping or pruned or ended):
             save(step, mode.get(compiled.state(leaves)), mode.get(acc), eval_metrics)
         if pruned:
             raise TrialPruned(f"pruned at step {step} by the sweep's pruner ({periodic_split}: "
                               f"{metric_summary(eval_metrics)})")
-        if stop or ended:
+        if stopping or ended:
             break
     examples_per_s = (step - start_step) * feed.batch_size / max(time.perf_counter() - t_start, 1e-9)
     return compiled.state(leaves), train_metrics, examples_per_s, step

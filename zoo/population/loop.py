@@ -64,12 +64,13 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
         if eval_every and step % eval_every == 0 and step < total_steps:
             evals = _periodic_eval(program, states, members, step, eval_set, task)
         checkpoint_due = checkpoint_every and step % checkpoint_every == 0
+        stopping = bool(stop)  # read once: a signal during the loop below must reach every member or none
         for i, m in enumerate(members):
             if m.error is not None or step > m.end or m.outputs.start_step >= step:
                 continue  # done before, or not yet started: nothing new to save
             ended = step == m.end and step < total_steps  # early stopping ended it at this eval
             pruned = i in evals and m.on_eval is not None and m.on_eval(step, evals[i])
-            if step < total_steps and (checkpoint_due or stop or pruned or ended or
+            if step < total_steps and (checkpoint_due or stopping or pruned or ended or
                                        (m.outputs.early is not None and i in evals)):
                 if saved_states is None:
                     saved_states = jax.device_get((states, accs))
@@ -77,7 +78,7 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
             if pruned and m.error is None:
                 m.error = TrialPruned(f"pruned at step {step} by the sweep's pruner ({eval_set[0]}: "
                                       f"{metric_summary(evals[i])})")
-        if stop:
+        if stopping:
             break
     _write(saves)
     return states, step
