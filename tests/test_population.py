@@ -1,5 +1,6 @@
 """Populations: every member equals its solo run; a failing member fails alone; preemption resumes bitwise;
 the population axis spreads over devices; members that would change shapes are refused."""
+import contextlib
 import json
 import pathlib
 import signal
@@ -11,6 +12,7 @@ import pytest
 from zoo.data import TrainStream
 from zoo.errors import UserError
 from zoo.loop import NonFiniteLoss
+import zoo.population.train as population_train
 from zoo.population.grouping import group_indices
 from zoo.population.train import member_hyperparameters, train_population
 from zoo.preemption import Preempted
@@ -113,6 +115,29 @@ def test_preempted_population_resumes_bitwise(make_cfg, monkeypatch, devices):
         assert b["start_step"] == 6
         assert a["test"] == b["test"]
         assert records(cfg_a.paths.output_dir) == records(cfg_b.paths.output_dir)
+
+
+class SignalAfterFirstRead:
+    """A stop flag whose SIGTERM lands just after the loop first reads it: while it checks its members."""
+
+    def __init__(self):
+        self.reads, self.signum = 0, None
+
+    def __bool__(self):
+        self.reads += 1
+        if self.reads > 1:
+            self.signum = signal.SIGTERM
+        return self.signum is not None
+
+
+def test_a_signal_landing_mid_step_saves_every_member_at_the_step_they_stop_at(make_cfg, monkeypatch):
+    flag = SignalAfterFirstRead()
+    monkeypatch.setattr(population_train, "stop_on_signals", lambda: contextlib.nullcontext(flag))
+    cfgs = configs(make_cfg, "cut", "optimizer=sgd", "trainer.log_every=2", "trainer.steps_per_call=2")
+    stopped = train_population(cfgs)
+    assert all(isinstance(o, Preempted) and "at step 4" in str(o) for o in stopped), stopped
+    for cfg in cfgs:  # every member saved the step the population stopped at, none an earlier one alone
+        assert [int(p.name) for p in (pathlib.Path(cfg.paths.output_dir) / "checkpoints").iterdir()] == [4]
 
 
 def test_sharded_population_equals_none(make_cfg):
