@@ -1,6 +1,7 @@
 """Shared fixtures: 8 simulated CPU devices, one prepared data dir per session, Hydra compose helper."""
 import os
 import pathlib
+import signal
 
 import jax
 
@@ -40,3 +41,17 @@ def subprocess_env(data_dir: str) -> dict:
     env = dict(os.environ, TFDS_DATA_DIR=data_dir, ZOO_COMPILATION_CACHE="", PYTHONPATH=str(ROOT))
     env.pop("XLA_FLAGS", None)
     return env
+
+
+class SignalAtRead:
+    """A stop flag (zoo.preemption.StopFlag) whose SIGTERM lands just after the train loop's `n - 1`-th read of
+    it: the loop reads it once per call, after the call's step count, checkpoint and eval decisions."""
+
+    def __init__(self, n: int):
+        self.n, self.reads, self.signum = n, 0, None
+
+    def __bool__(self):
+        self.reads += 1
+        if self.reads >= self.n:
+            self.signum = signal.SIGTERM
+        return self.signum is not None

@@ -1,4 +1,5 @@
 """Checkpoints: round trip, resume == uninterrupted (bitwise), cross-mode restore, eval.py, refusals."""
+import contextlib
 import json
 import pathlib
 import signal
@@ -6,7 +7,9 @@ import signal
 import jax
 import numpy as np
 import pytest
+from conftest import SignalAtRead
 
+import zoo.train
 from zoo.checkpoint import Checkpoints
 from zoo.errors import UserError
 from zoo.evaluate import evaluate
@@ -190,17 +193,6 @@ def test_ctrl_c_saves_and_stops_and_a_second_one_stops_at_once(make_cfg, tmp_pat
     assert train(make_cfg(*common))["start_step"] == 4
 
 
-class _SignalAfterFirstRead:
-    """A stop flag whose signal lands just after the loop first reads it: between its save and its break."""
-
-    def __init__(self):
-        self.reads = 0
-
-    def __bool__(self):
-        self.reads += 1
-        return self.reads > 1
-
-
 def test_a_signal_landing_mid_step_still_saves_the_step_the_run_stops_at(make_cfg, tmp_path):
     from zoo.loop import fit
     from zoo.run_logger import RunLogger
@@ -212,6 +204,15 @@ def test_a_signal_landing_mid_step_still_saves_the_step_the_run_stops_at(make_cf
     logger = RunLogger(str(tmp_path / "log"), cfg.logger, run.total_steps)
     _, _, _, step = fit(run.compiled.mode.put_state(run.host_state), run.compiled, run.feed, run.eval_sets,
                         cfg.trainer, run.total_steps, logger, save=lambda s, *_: saved.append(s),
-                        stop=_SignalAfterFirstRead())
+                        stop=SignalAtRead(2))
     logger.close("accuracy")
     assert step < run.total_steps and saved == [step]  # stopped early, and where it stopped is saved
+
+
+def test_a_signal_during_the_last_call_lets_the_run_finish(make_cfg, monkeypatch):
+    monkeypatch.setattr(zoo.train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(20)))
+    cfg = make_cfg("model.hidden=[8]", "trainer.max_steps=20", "trainer.log_every=1", "trainer.eval_every=0",
+                   "trainer.checkpoint_every=100", "logger=quiet")  # one step per call: the 20th read is the last
+    results = train(cfg)
+    assert results["steps"] == 20 and results["test"]["count"] == 359
+    assert Checkpoints(cfg.paths.output_dir + "/checkpoints", read_only=True).steps() == [20]

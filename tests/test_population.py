@@ -8,6 +8,7 @@ import signal
 import jax
 import numpy as np
 import pytest
+from conftest import SignalAtRead
 
 from zoo.data import TrainStream
 from zoo.errors import UserError
@@ -74,6 +75,21 @@ def test_every_member_equals_its_solo_run(make_cfg, optimizer, dropout):
     assert records(cfgs[0].paths.output_dir) != records(cfgs[2].paths.output_dir)
 
 
+def test_a_member_that_cannot_open_its_run_dir_leaves_the_others_their_own_dropout_rate(make_cfg):
+    rates = ["0.3", "0.1", "0.1"]  # the survivors share 0.1: the rate is then a constant of the model
+    cfgs = [make_cfg(*SMALL, "optimizer=sgd", f"model.dropout={p}", "trainer.resume=never",
+                     f"optimizer.learning_rate={lr}", f"seed={seed}", out=f"pop-{i}")
+            for i, ((lr, seed), p) in enumerate(zip(GRID, rates))]
+    train(cfgs[0])  # member 0's run dir now holds checkpoints, which resume=never refuses to touch
+    outcomes = train_population(cfgs)
+    assert isinstance(outcomes[0], UserError) and "trainer.resume" in str(outcomes[0])
+    for i in (1, 2):
+        solo = make_cfg(*SMALL, "optimizer=sgd", "model.dropout=0.1", f"optimizer.learning_rate={GRID[i][0]}",
+                        f"seed={GRID[i][1]}", out=f"solo-{i}")
+        train(solo)
+        assert_same_trajectory(cfgs[i].paths.output_dir, solo.paths.output_dir)
+
+
 def test_a_diverging_member_fails_alone(make_cfg):
     grid = [("0.05", "0"), ("1e6", "0"), ("0.05", "1")]
     cfgs = configs(make_cfg, "pop", "optimizer=sgd", grid=grid)
@@ -117,27 +133,23 @@ def test_preempted_population_resumes_bitwise(make_cfg, monkeypatch, devices):
         assert records(cfg_a.paths.output_dir) == records(cfg_b.paths.output_dir)
 
 
-class SignalAfterFirstRead:
-    """A stop flag whose SIGTERM lands just after the loop first reads it: while it checks its members."""
-
-    def __init__(self):
-        self.reads, self.signum = 0, None
-
-    def __bool__(self):
-        self.reads += 1
-        if self.reads > 1:
-            self.signum = signal.SIGTERM
-        return self.signum is not None
-
-
 def test_a_signal_landing_mid_step_saves_every_member_at_the_step_they_stop_at(make_cfg, monkeypatch):
-    flag = SignalAfterFirstRead()
+    flag = SignalAtRead(2)  # lands while the population checks its members at the second boundary
     monkeypatch.setattr(population_train, "stop_on_signals", lambda: contextlib.nullcontext(flag))
     cfgs = configs(make_cfg, "cut", "optimizer=sgd", "trainer.log_every=2", "trainer.steps_per_call=2")
     stopped = train_population(cfgs)
     assert all(isinstance(o, Preempted) and "at step 4" in str(o) for o in stopped), stopped
     for cfg in cfgs:  # every member saved the step the population stopped at, none an earlier one alone
         assert [int(p.name) for p in (pathlib.Path(cfg.paths.output_dir) / "checkpoints").iterdir()] == [4]
+
+
+def test_a_signal_during_the_last_call_lets_the_members_finish(make_cfg, monkeypatch):
+    monkeypatch.setattr(population_train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(4)))
+    cfgs = configs(make_cfg, "last", "optimizer=sgd")  # calls end at steps 3, 6, 9, 12: the 4th read is the last
+    outcomes = train_population(cfgs)
+    for cfg, outcome in zip(cfgs, outcomes):
+        assert outcome["steps"] == 12, outcome
+        assert sorted(int(p.name) for p in (pathlib.Path(cfg.paths.output_dir) / "checkpoints").iterdir()) == [6, 12]
 
 
 def test_sharded_population_equals_none(make_cfg):
@@ -163,6 +175,18 @@ def test_grouping_keeps_structural_changes_apart(make_cfg):
         ["trainer.batch_size=8"], ["seed=2", "model.hidden=[32]"], ["model.dropout=0.3"]])]
     assert group_indices(cfgs, max_size=64) == [[0, 1, 3, 6], [2, 5], [4]]
     assert group_indices(cfgs, max_size=3) == [[0, 1, 3], [6], [2, 5], [4]]
+
+
+def test_integer_optimizer_settings_stay_constants_and_split_groups(make_cfg):
+    adafactor = ["optimizer=sgd", "optimizer._target_=optax.adafactor", "~optimizer.nesterov"]
+    cfgs = [make_cfg(*SMALL, *adafactor, f"+optimizer.min_dim_size_to_factor={size}", f"seed={seed}", out=f"pop-{i}")
+            for i, (size, seed) in enumerate([(16, 0), (16, 1), (128, 0)])]
+    assert group_indices(cfgs, max_size=64) == [[0, 1], [2]]
+    outcomes = train_population(cfgs[:2])  # traced, the factored dimension would fail every member
+    for cfg, outcome in zip(cfgs, outcomes):
+        solo = make_cfg(*SMALL, *adafactor, "+optimizer.min_dim_size_to_factor=16", f"seed={cfg.seed}",
+                        out=f"solo-{cfg.seed}")
+        assert outcome["test"] == pytest.approx(train(solo)["test"], rel=1e-5)
 
 
 def test_pmap_is_refused_with_the_setting_to_change(make_cfg):

@@ -4,6 +4,8 @@ are optax composition.
 With `trainer.accumulate=N` a step is one micro-batch of `trainer.batch_size`: optax.MultiSteps averages N
 micro-batch gradients and applies one update every N steps, so the schedule counts updates (total_steps / N).
 """
+import inspect
+
 import jax
 import optax
 
@@ -66,10 +68,23 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _integer_parameters(optimizer_cfg) -> set:
+    """The optimizer factory's parameters with an int default (a factored dimension, a step count): they may
+    decide shapes or Python branches, so they cannot be traced values."""
+    try:
+        factory = safe_instantiate(optimizer_cfg, "optimizer", _partial_=True).func
+        parameters = inspect.signature(factory).parameters
+    except (UserError, TypeError, ValueError):  # a bad target fails its own run later, with its own message
+        return set()
+    return {name for name, p in parameters.items() if type(p.default) is int}
+
+
 def hyperparameters(cfg) -> dict:
-    """What a population's members may each set differently: the optimizer's numeric settings and the
-    model's dropout rate ({"optimizer": {name: value}, "dropout": rate})."""
-    hyper = {"optimizer": {k: float(v) for k, v in cfg.optimizer.items() if k != "_target_" and _is_number(v)}}
+    """What a population's members may each set differently: the optimizer's numeric settings but for its
+    integer ones, and the model's dropout rate ({"optimizer": {name: value}, "dropout": rate})."""
+    integers = _integer_parameters(cfg.optimizer)
+    hyper = {"optimizer": {k: float(v) for k, v in cfg.optimizer.items()
+                           if k != "_target_" and k not in integers and _is_number(v)}}
     if _is_number(cfg.model.get("dropout")):
         hyper["dropout"] = float(cfg.model.dropout)
     return hyper

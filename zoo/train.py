@@ -125,7 +125,7 @@ def train(cfg: DictConfig) -> dict:
                 state, compiled, run.feed, run.eval_sets, cfg.trainer, out.end_step, out.logger,
                 start_step=out.start_step, sums=out.sums, save=out.save, stop=stop,
                 on_eval=eval_reporter(cfg, compiled.task), stop_early=out.early.update if out.early else None)
-        if stop:
+        if stop and step < out.end_step:  # a signal during the last call: the run is complete, finish it
             if out.ckpts:
                 out.ckpts.wait()
             raise Preempted(step, stop.signum, os.path.abspath(cfg.paths.output_dir))

@@ -1,20 +1,18 @@
 """Which of a sweep's trials can train together: those whose configs are equal but for values a population
-batches — `seed` (initialisation, data order, dropout keys), the optimizer's numeric settings (learning
-rate, weight decay, momentum, betas...) and the dropout rate. Anything else (model, widths, batch size,
-dataset, schedule, parallel mode) changes the program, so trials differing there train in separate groups.
+batches — `seed` (initialisation, data order, dropout keys), the optimizer's numeric settings but for its
+integer ones (learning rate, weight decay, momentum, betas...) and the dropout rate. Anything else (model,
+widths, batch size, dataset, schedule, parallel mode) changes the program, so trials differing there train in
+separate groups.
 """
 import json
 
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.errors import UserError
+from zoo.optim import hyperparameters
 from zoo.resume import _flatten
 
 MEMBER_VALUE = "<per member>"
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _shared_part(cfg: DictConfig) -> dict:
@@ -22,11 +20,10 @@ def _shared_part(cfg: DictConfig) -> dict:
     shared = OmegaConf.to_container(cfg, resolve=True)
     shared["seed"] = MEMBER_VALUE
     shared.get("paths", {})["output_dir"] = MEMBER_VALUE
-    optimizer = shared.get("optimizer", {})
-    for key, value in optimizer.items():
-        if key != "_target_" and _is_number(value):
-            optimizer[key] = MEMBER_VALUE
-    if _is_number(shared.get("model", {}).get("dropout")):
+    per_member = hyperparameters(cfg)
+    for key in per_member["optimizer"]:
+        shared["optimizer"][key] = MEMBER_VALUE
+    if "dropout" in per_member:
         shared["model"]["dropout"] = MEMBER_VALUE
     return shared
 
@@ -50,6 +47,6 @@ def check_one_group(cfgs: list) -> None:
         other = _flatten(_shared_part(cfg))
         changed = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
         if changed:
-            raise UserError(f"a population's members may differ only in seed, numeric optimizer settings and "
+            raise UserError(f"a population's members may differ only in seed, non-integer optimizer settings and "
                             f"model.dropout, but they differ in {', '.join(changed)}; train those as separate "
                             "groups (the population launcher groups them itself).")

@@ -82,6 +82,9 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     models = [build_model(c, data) for c in cfgs]
     initial = [create_state(model, build_optimizer(c, total_steps), c.seed) for model, c in zip(models, cfgs)]
     graphdef = initial[0][0]
+    # over the whole group: a dropout rate all members share is a constant of member 0's graphdef, whoever
+    # of them fails to open its outputs below
+    hypers = member_hyperparameters(cfgs)
     unroll = jax.default_backend() == "cpu" and any(isinstance(m, nnx.Conv) for _, m in models[0].iter_modules())
     optimizer = functools.partial(_member_optimizer, cfg, total_steps)
     train_chunk, eval_step, zero_sums = make_steps(graphdef, task, optimizer, unroll=unroll)
@@ -105,13 +108,13 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     run = [m for _, m in members]
     model = count_parameters(initial[0][1].params)
     if cfg.logger.summary:  # FLOPs of one member's solo step: what each member's results.json reports
-        solo_step = jax.jit(functools.partial(train_chunk, hyper=member_hyperparameters(cfgs)[0]))
+        solo_step = jax.jit(functools.partial(train_chunk, hyper=hypers[0]))
         model.update(step_flops(solo_step, jax.jit(eval_step), initial[0][1], zero, (streams[0].chunk(0, 1),),
                                 next(iter(host_batches.values()))[0], 1))
     model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
     try:
-        _train(program, run, [cfgs[i] for i, _ in members], task, total_steps, eval_sets, model, t0,
-               steps_per_call=1 if unroll else DEFAULT_STEPS_PER_CALL)  # zoo.train's choice, for the same reason
+        _train(program, run, [cfgs[i] for i, _ in members], [hypers[i] for i, _ in members], task, total_steps,
+               eval_sets, model, t0, steps_per_call=1 if unroll else DEFAULT_STEPS_PER_CALL)  # as zoo.train chooses
     finally:
         for m in run:
             m.outputs.close()
@@ -139,12 +142,11 @@ def _padded(trees: list, size: int) -> list:
     return trees + [trees[0]] * (size - len(trees))  # frozen copies: their rows are always masked
 
 
-def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: dict, model: dict, t0: float,
-           steps_per_call: int) -> None:
+def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int, eval_sets: dict, model: dict,
+           t0: float, steps_per_call: int) -> None:
     cfg = cfgs[0]
     states = program.put_members(stack(_padded([m.outputs.host_state for m in run], program.size)))
     accs = program.put_members(stack(_padded([m.outputs.sums or program.zero_sums for m in run], program.size)))
-    hypers = member_hyperparameters(cfgs)
     hyper = program.put_members(jax.tree.map(lambda *v: np.array(_padded(list(v), program.size), np.float32),
                                              *hypers))
     periodic = next(iter(eval_sets))
@@ -154,7 +156,7 @@ def _train(program, run: list, cfgs: list, task, total_steps: int, eval_sets: di
         states, step = fit_population(program, states, accs, run, hyper, cfg.trainer, total_steps, task,
                                       (periodic, *eval_sets[periodic]), stop, steps_per_call)
     fit_seconds = time.perf_counter() - t_fit
-    if stop:
+    if stop and step < total_steps:  # a signal during the last call: the members are complete, finish them
         for m in run:
             if m.outputs.ckpts:
                 m.outputs.ckpts.wait()
