@@ -121,9 +121,11 @@ def test_a_failed_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_pa
 def test_a_stored_study_continues_with_n_trials_new_trials(tmp_path):
     storage = f"sqlite:///{tmp_path}/optuna.db"
     for _ in range(2):
-        make_sweep(tmp_path, RecordingLauncher(), storage=storage, n_trials=3).sweep([])
+        launcher = RecordingLauncher()
+        make_sweep(tmp_path, launcher, storage=storage, n_trials=3).sweep([])
     study = optuna.load_study(study_name="test", storage=storage)
     assert [t.number for t in study.trials] == list(range(6))
+    assert [first for first, _ in launcher.calls] == [3, 4, 5]  # new jobs, not the first run's directories
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
 
 

@@ -74,7 +74,6 @@ class OptunaSweep:
         self.sampler_cfg, self.pruner_cfg, self.params = sampler, pruner, params
         self.storage, self.study_name = storage, study_name
         self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
-        self.job_idx = 0
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config = config
@@ -112,8 +111,9 @@ class OptunaSweep:
             trials = [study.ask(space.distributions) for _ in range(min(self.n_jobs, n_trials))]
             overrides = [self._overrides(t, space) for t in trials]
             with trial_link.running(self.storage, self.study_name, trials):
-                returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
-            self.job_idx += len(returns)
+                # job number = trial number: a rerun with the same storage and sweep dir adds trials, and
+                # their jobs must not land in (and resume from) the directories of the study's earlier trials
+                returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
             errors = [e for e in (self._tell(study, t, ret, optuna) for t, ret in zip(trials, returns)) if e]
             if len(errors) > self.max_failure_rate * len(returns):
                 log.error("%d of %d trials failed, more than hydra.sweeper.max_failure_rate=%s allows",
