@@ -46,7 +46,8 @@ VALUES = {  # setting -> (valid values, invalid values); "abc" is a wrong type
     "parallel.cpu_devices": (["null", 1, 2, 4], [3, 16, 1000]),
     "dataset.validation_fraction": ([0.0, 0.1], [1.0]),
     "optimized_metric": (["null", "test/loss"], ["test/f1"]),
-    "seed": ([0, 1], ["x"]),
+    "seed": ([0, 1], ["x", -1]),
+    "optimizer.weight_decay": ([0.0, 1e-4], [-0.1]),
     "debug": (["smoke"], ["verbose"]),  # always smoke-sized unless invalid: a full run would take minutes
 }
 TINY = {"mlp": ["model.hidden=[8]"], "cnn": ["model.channels=[4]", "model.dense=8"]}

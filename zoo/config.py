@@ -175,8 +175,12 @@ def _require(ok: bool, message: str) -> None:
         raise UserError(message)
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _positive_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return _number(value) and value > 0
 
 
 def _check_known_keys(cfg: DictConfig) -> None:
@@ -212,8 +216,16 @@ def validate(cfg: DictConfig) -> None:
     _require(c.keep_best >= 0, f"checkpoint.keep_best must be >= 0, got {c.keep_best}.")
     _require(c.mode in (None, "max", "min"), f"checkpoint.mode must be max, min or null, got {c.mode!r}.")
     _require(t.nan_check in ("log", "step"), f"trainer.nan_check must be 'log' or 'step', got {t.nan_check!r}.")
+    _require(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be an integer >= 0, got {cfg.seed!r}.")
     lr = cfg.optimizer.get("learning_rate")
     _require(_positive_number(lr), f"optimizer.learning_rate must be a positive number, got {lr!r}.")
+    for key, low, high in (("weight_decay", 0.0, None), ("momentum", 0.0, 1.0)):  # optax accepts any float
+        value = cfg.optimizer.get(key)
+        _require(value is None or (_number(value) and low <= value and (high is None or value < high)),
+                 f"optimizer.{key} must be {'in [0, 1)' if high else '>= 0'}, got {value!r}.")
+    warmup = (cfg.schedule or {}).get("warmup_steps")
+    _require(warmup is None or (isinstance(warmup, int) and warmup >= 0),
+             f"schedule.warmup_steps must be an integer >= 0, got {warmup!r}.")
     dropout = cfg.model.get("dropout", 0.0)
     _require(isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0,
              f"model.dropout must be in [0, 1), got {dropout!r}.")
