@@ -222,6 +222,22 @@ def test_convnet_members_with_batch_norm_equal_their_solo_runs(make_cfg):
         assert outcome["test"]["count"] == 359
 
 
+def test_a_member_whose_checkpoint_cannot_be_written_fails_alone(make_cfg, monkeypatch):
+    from zoo.checkpoint import Checkpoints
+
+    save = Checkpoints.save
+
+    def full_disk_for_one(self, step, *args, **kwargs):
+        if "pop-0.2-0" in self.directory and step == 6:
+            raise UserError(f"could not write checkpoint step {step} in {self.directory} (no space left on device)")
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoints, "save", full_disk_for_one)
+    outcomes = train_population(configs(make_cfg, "pop", "optimizer=sgd"))
+    assert isinstance(outcomes[2], UserError) and "no space left" in str(outcomes[2])
+    assert [o["steps"] for o in outcomes[:2]] == [12, 12]
+
+
 def test_a_member_with_a_bad_value_fails_alone(make_cfg):
     cfgs = configs(make_cfg, "pop", "optimizer=sgd", grid=[("0.05", "0"), ("-1", "0"), ("0.05", "1")])
     outcomes = train_population(cfgs)

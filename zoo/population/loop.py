@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
+from zoo.errors import UserError
 from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, _check_finite, _next_boundary,
                       chunk_length, metric_summary)
 from zoo.population.program import member
@@ -161,5 +162,5 @@ def _write(saves: list) -> None:
     for m, step, host_state, host_acc, eval_metrics in saves:
         try:
             m.outputs.save(step, host_state, host_acc, eval_metrics)
-        except NonFiniteLoss as e:  # params went non-finite between two train logs: the chunk already running
-            m.error = e  # trains it on, but nothing of it is logged or saved, and the next one masks it
+        except UserError as e:  # non-finite params (the chunk already running trains the member on, but nothing
+            m.error = e  # of it is logged or saved, and the next one masks it) or a refused write: it alone fails

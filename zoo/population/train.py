@@ -158,8 +158,11 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
     fit_seconds = time.perf_counter() - t_fit
     if stop and step < total_steps:  # a signal during the last call: the members are complete, finish them
         for m in run:
-            if m.outputs.ckpts:
-                m.outputs.ckpts.wait()
+            try:
+                if m.outputs.ckpts:
+                    m.outputs.ckpts.wait()
+            except UserError as e:  # its save at the stop failed: it alone reports that
+                m.error = m.error or e
             if m.error is None:
                 m.error = Preempted(step, stop.signum, os.path.abspath(m.outputs.cfg.paths.output_dir))
         return
@@ -215,6 +218,9 @@ def _reported_states(program, run, host, periodic_set, task) -> list:
     periodic = evaluate_members(program, program.put_members(host), batches, count, task, len(run))
     for i, m in enumerate(run):
         if m.error is None:
-            best = m.outputs.reported_state(states[i], periodic[i])
+            try:
+                best = m.outputs.reported_state(states[i], periodic[i])
+            except UserError as e:  # its best checkpoint cannot be written or read back: it alone fails
+                m.error, best = e, None
             states[i] = states[i] if best is None else best
     return states
