@@ -89,6 +89,25 @@ def test_sigterm_saves_and_the_same_command_resumes(data_dir, make_cfg, tmp_path
     assert_final_checkpoint_equals_in_process_run(tmp_path / "run", make_cfg, args[:-1])
 
 
+def test_sigterm_ends_a_multirun_after_the_job_it_stopped(data_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", *TINY, "trainer.max_steps=3000", "trainer.log_every=1", "trainer.checkpoint_every=1000",
+            "seed=0,1", f"hydra.sweep.dir={sweep}"]
+    proc = start(args, data_dir)
+    wait_for_lines(sweep / "0" / "metrics.jsonl", 30, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: stopped by SIGTERM at")
+    assert "rerun the same multirun command" in stderr
+    assert not (sweep / "1").exists()  # the sweep ended: the next job never started
+    stopped_at = Checkpoints(str(sweep / "0" / "checkpoints"), read_only=True).steps()[-1]
+    done = run(args, data_dir, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((sweep / "0" / "results.json").read_text())["start_step"] == stopped_at
+    assert json.loads((sweep / "1" / "results.json").read_text())["steps"] == 3000
+
+
 # train.py with orbax's final rename of step KILL_AT replaced by SIGKILL: the process dies mid-save, its
 # temporary directory fully written but never renamed, the worst moment for a kill.
 KILL_IN_SAVE = """

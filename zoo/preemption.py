@@ -8,9 +8,12 @@ from zoo.errors import UserError
 
 class Preempted(UserError):
     def __init__(self, step: int, signum: int, run_dir: str):
-        self.exit_code = 128 + signum
+        self.step, self.signum, self.run_dir, self.exit_code = step, signum, run_dir, 128 + signum
         super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}; the checkpoint is saved — "
                          f"resume with the same command and hydra.run.dir={run_dir}")
+
+    def __reduce__(self):  # a launcher in another process (submitit) sends it back pickled
+        return type(self), (self.step, self.signum, self.run_dir)
 
 
 class StopFlag:
@@ -21,6 +24,19 @@ class StopFlag:
         return self.signum is not None
 
 
+_received = None  # the last stop signal this process handled, for a sweep to end after the job it stopped
+
+
+def received():
+    """The signal number of the last SIGTERM / SIGINT a train loop handled since `forget()`, or None."""
+    return _received
+
+
+def forget() -> None:
+    global _received
+    _received = None
+
+
 @contextlib.contextmanager
 def stop_on_signals():
     flag = StopFlag()
@@ -29,9 +45,10 @@ def stop_on_signals():
         return
 
     def handler(signum, frame):
+        global _received
         if flag and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C: stop now
-        flag.signum = signum
+        flag.signum = _received = signum
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -19,7 +19,7 @@ from hydra.core.utils import _save_config, configure_log, filter_overrides, run_
 from omegaconf import OmegaConf, open_dict, read_write
 
 from zoo.errors import UserError
-from zoo.preemption import Preempted
+from zoo.sweeps.stop_on_signal import deferred, end_sweep_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -55,25 +55,34 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         _check_settings([task_cfgs[g[0]] for g in groups if len(g) > 1])
     returns = [None] * len(jobs)
     for group in groups:
-        outcomes = None
-        if len(group) > 1:
-            log.info("training jobs %s as one population", ", ".join(f"#{jobs[i].hydra.job.num}" for i in group))
-            outcomes = _train_group(trainer, [jobs[i] for i in group], [task_cfgs[i] for i in group])
-        with _one_summary() if outcomes is not None else contextlib.nullcontext():
-            for n, i in enumerate(group):
-                fn = task_function if outcomes is None else functools.partial(_hand_back, outcomes[n])
-                returns[i] = run_job(hydra_context=hydra_context, task_function=fn, config=jobs[i],
-                                     job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-                configure_log(config.hydra.hydra_logging, config.hydra.verbose)
-        _exit_if_preempted(outcomes)
+        if len(group) == 1:
+            returns[group[0]] = _run(hydra_context, config, task_function, jobs[group[0]])
+            continue
+        log.info("training jobs %s as one population", ", ".join(f"#{jobs[i].hydra.job.num}" for i in group))
+        outcomes = _train_group(trainer, [jobs[i] for i in group], [task_cfgs[i] for i in group])
+        with _ending_together():
+            for outcome, i in zip(outcomes, group):
+                returns[i] = _run(hydra_context, config, functools.partial(_hand_back, outcome), jobs[i])
+        end_sweep_if_stopped(returns[group[0]])
     return returns
 
 
-def _one_summary():
-    """A population's jobs all end at once: the sweep summary is written after the last, not after each."""
+def _run(hydra_context, config, task_function, job):
+    """One job through Hydra's own run_job, as the basic launcher runs it."""
+    ret = run_job(hydra_context=hydra_context, task_function=task_function, config=job,
+                  job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    return ret
+
+
+@contextlib.contextmanager
+def _ending_together():
+    """A population's jobs all end at once: the sweep summary is written after the last, not after each, and a
+    stop signal ends the sweep once every job is handed back, not at the first."""
     from zoo.sweeps.summary_callback import summary_after_batch
 
-    return summary_after_batch()
+    with deferred(), summary_after_batch():
+        yield
 
 
 def _task_config(sweep_config):
@@ -129,12 +138,3 @@ def _hand_back(outcome, cfg):
         return outcome
 
     return run_task(result, cfg)
-
-
-def _exit_if_preempted(outcomes) -> None:
-    """SIGTERM / Ctrl-C saved every member; the sweep stops here and the same command resumes it."""
-    stopped = [o for o in outcomes or [] if isinstance(o, Preempted)]
-    if stopped:
-        print(f"error: {stopped[0]} (rerun the same multirun command with the same hydra.sweep.dir)",
-              file=sys.stderr)
-        sys.exit(stopped[0].exit_code)

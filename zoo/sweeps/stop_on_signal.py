@@ -1,0 +1,49 @@
+"""SIGTERM or Ctrl-C ends a multirun after the job it stopped, with one sentence and exit code 128 + signal.
+
+The train loop saves the stopped job's checkpoint and returns; without this callback the sweeper would record
+that job as failed and start the next one. Rerunning the same multirun command (same hydra.sweep.dir)
+resumes every job from its own checkpoint.
+"""
+import contextlib
+import signal
+import sys
+
+from hydra.experimental.callback import Callback
+
+from zoo import preemption
+
+_deferred = False
+
+
+@contextlib.contextmanager
+def deferred():
+    """A population's jobs all stop at once: its launcher ends the sweep after the last of them is handed back."""
+    global _deferred
+    _deferred = True
+    try:
+        yield
+    finally:
+        _deferred = False
+
+
+def end_sweep_if_stopped(job_return=None) -> None:
+    signum = preemption.received()
+    if signum is None:
+        return
+    stopped = getattr(job_return, "_return_value", None)
+    at = f" at step {stopped.step}" if isinstance(stopped, preemption.Preempted) else ""
+    print(f"error: stopped by {signal.Signals(signum).name}{at}; every job it stopped saved its checkpoint — "
+          "rerun the same multirun command (same hydra.sweep.dir) to resume the sweep.", file=sys.stderr)
+    sys.exit(128 + signum)
+
+
+class EndSweepOnSignal(Callback):
+    """conf: hydra.callbacks.end_sweep_on_signal, listed first so that on a job's end it runs last (Hydra
+    notifies end events in reverse order): the sweep summary and failure.json are written before it exits."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        preemption.forget()
+
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        if not _deferred:
+            end_sweep_if_stopped(job_return)
