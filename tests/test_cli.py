@@ -60,6 +60,15 @@ def test_bad_input_is_one_sentence_and_exit_2(data_dir, tmp_path, override, sett
     assert done.stderr.strip().splitlines()[-1].startswith("error: ") and setting in done.stderr
 
 
+def test_a_refused_command_leaves_the_runs_hydra_record_as_it_was(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    assert run(["debug=smoke", "model.hidden=[16]", f"hydra.run.dir={run_dir}"], data_dir).returncode == 0
+    before = {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()}
+    refused = run(["debug=smoke", "model.hidden=[32]", f"hydra.run.dir={run_dir}"], data_dir)
+    assert refused.returncode == 2 and "model.hidden ([16] -> [32])" in refused.stderr
+    assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()} == before
+
+
 def assert_final_checkpoint_equals_in_process_run(run_dir, make_cfg, overrides):
     """The resumed subprocess run ends with the very parameters of an uninterrupted run."""
     cfg = make_cfg(*overrides, out="reference")
