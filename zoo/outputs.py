@@ -76,6 +76,7 @@ class RunOutputs:
         return results
 
     def close(self) -> None:
+        self.logger.end_progress()  # closed by finish() already, unless the run failed
         if self.ckpts:
             self.ckpts.close()
 

@@ -110,6 +110,12 @@ class RunLogger:
                 extra["gflop_s"] = f"{examples_per_s * self.train_flops_per_example / 1e9:.3g}"
             self._bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{examples_per_s:,.0f}", **extra, refresh=True)
 
+    def end_progress(self) -> None:
+        """End the progress bar's line, so that what is printed next (an error) starts a line of its own."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
     def write_results(self, results: dict) -> None:
         if not self.enabled:
             return
