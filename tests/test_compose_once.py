@@ -35,6 +35,17 @@ def test_a_validated_job_is_not_composed_again_to_launch_it():
     assert len(loader.composed) == KEPT
 
 
+def test_a_batch_larger_than_kept_composes_only_its_overflow_again():
+    loader, master = CountingLoader(), OmegaConf.create({})
+    remember_compositions(loader)
+    batch = [[f"seed={i}"] for i in range(KEPT + 44)]
+    for job in batch:  # the sweeper validates the whole batch, then the launcher runs it
+        loader.load_sweep_config(master, job)
+    for job in batch:
+        loader.load_sweep_config(master, job)
+    assert len(loader.calls) == len(batch) + 44
+
+
 def test_the_kept_composition_is_the_one_hydra_composes():
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
     master = loader.load_configuration("train", ["seed=0,1", "optimizer.learning_rate=1e-3,3e-3"], RunMode.MULTIRUN)

@@ -8,6 +8,7 @@ from hydra.test_utils.launcher_common_tests import (
     IntegrationTestSuite,
     LauncherTestSuite,
 )
+from omegaconf import OmegaConf
 
 from conftest import ROOT
 
@@ -35,3 +36,21 @@ class TestPopulationLauncherBatched(BatchedSweeperTestSuite):
 @pytest.mark.parametrize("task_launcher_cfg, extra_flags", [({}, ["-m", "hydra/launcher=population"])])
 class TestPopulationLauncherIntegration(IntegrationTestSuite):
     pass
+
+
+def test_an_error_of_the_whole_group_is_raised_by_each_job_from_where_it_was_first_raised():
+    import traceback
+
+    from zoo.population.launch import _hand_back
+
+    try:
+        raise RuntimeError("the group's program could not be built")
+    except RuntimeError as e:
+        error = e
+    first, depths = error.__traceback__, []
+    for _ in range(3):  # each job of the group hands the same error back
+        try:
+            _hand_back(error, first, OmegaConf.create({}))
+        except RuntimeError as e:
+            depths.append(len(traceback.extract_tb(e.__traceback__)))
+    assert depths == [depths[0]] * 3, depths

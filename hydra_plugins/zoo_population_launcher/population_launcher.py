@@ -2,6 +2,7 @@
 
 Hydra imports every plugin on every run, so this module imports neither JAX nor the zoo's training code.
 """
+import sys
 from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
@@ -20,6 +21,10 @@ ConfigStore.instance().store(group="hydra/launcher", name="population", node=Pop
 
 class PopulationLauncher(Launcher):
     def __init__(self, max_size: int = 64) -> None:
+        if not (isinstance(max_size, int) and max_size > 0):
+            print(f"error: hydra.launcher.max_size must be a positive number of members, got {max_size!r}.",
+                  file=sys.stderr)
+            sys.exit(2)
         self.max_size = max_size
         self.config = self.task_function = self.hydra_context = None
 

@@ -62,7 +62,8 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         outcomes = _train_group(trainer, [jobs[i] for i in group], [task_cfgs[i] for i in group])
         with _ending_together():
             for outcome, i in zip(outcomes, group):
-                returns[i] = _run(hydra_context, config, functools.partial(_hand_back, outcome), jobs[i])
+                hand_back = functools.partial(_hand_back, outcome, getattr(outcome, "__traceback__", None))
+                returns[i] = _run(hydra_context, config, hand_back, jobs[i])
         end_sweep_if_stopped(returns[group[0]])
     return returns
 
@@ -118,6 +119,8 @@ def _train_group(trainer, jobs: list, task_cfgs: list) -> list:
 
     quiet_libraries()
     for job, cfg in zip(jobs, task_cfgs):  # as run_job writes them, so a preempted group's jobs are listed too
+        if job.hydra.output_subdir is None:  # hydra.output_subdir=null: no .hydra/, as run_job does
+            continue
         hydra_dir = Path(cfg.paths.output_dir) / str(job.hydra.output_subdir)
         _save_config(cfg, "config.yaml", hydra_dir)
         _save_config(OmegaConf.masked_copy(job, ["hydra"]), "hydra.yaml", hydra_dir)
@@ -128,13 +131,15 @@ def _train_group(trainer, jobs: list, task_cfgs: list) -> list:
         return [e] * len(jobs)
 
 
-def _hand_back(outcome, cfg):
-    """The job's task: the zoo's own wrapper (exit codes, multirun rules) around the population's outcome."""
+def _hand_back(outcome, traceback, cfg):
+    """The job's task: the zoo's own wrapper (exit codes, multirun rules) around the population's outcome.
+    An error that ended the whole group is raised by each of its jobs from where it was first raised, so one
+    job's failure.json does not carry the frames of the jobs handed back before it."""
     from zoo.cli import run_task
 
     def result(_):
         if isinstance(outcome, BaseException):
-            raise outcome
+            raise outcome.with_traceback(traceback)
         return outcome
 
     return run_task(result, cfg)

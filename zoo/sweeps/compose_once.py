@@ -5,7 +5,6 @@ discard the result, because a launcher may run elsewhere; a launcher in the swee
 population one) then composes the same job again, with the same loader, master config and overrides.
 `remember_compositions` makes the loader keep what it composed until the same job is asked for again.
 """
-import collections
 import copy
 
 from hydra.core.global_hydra import GlobalHydra
@@ -19,7 +18,7 @@ def remember_compositions(config_loader) -> None:
     returns a copy; the next call for that job returns the kept one (then forgotten)."""
     if getattr(config_loader, "composed", None) is not None:
         return  # wrapped already (a second launcher setup in this process)
-    compose, composed = config_loader.load_sweep_config, collections.OrderedDict()
+    compose, composed = config_loader.load_sweep_config, {}
 
     def load_sweep_config(master_config, sweep_overrides):
         key = (id(master_config), tuple(sweep_overrides))
@@ -27,9 +26,9 @@ def remember_compositions(config_loader) -> None:
         if kept is not None:
             return kept
         sweep_config = compose(master_config, sweep_overrides)
+        if len(composed) >= KEPT:  # full: keep what the launcher is yet to ask for, compose the overflow again
+            return sweep_config
         composed[key] = sweep_config
-        if len(composed) > KEPT:
-            composed.popitem(last=False)
         return copy.deepcopy(sweep_config)  # 5 ms: what the caller does with its copy cannot reach the kept one
 
     config_loader.load_sweep_config, config_loader.composed = load_sweep_config, composed
