@@ -54,3 +54,21 @@ def test_an_error_of_the_whole_group_is_raised_by_each_job_from_where_it_was_fir
         except RuntimeError as e:
             depths.append(len(traceback.extract_tb(e.__traceback__)))
     assert depths == [depths[0]] * 3, depths
+
+
+@pytest.mark.parametrize("max_size", [0, -1])
+def test_a_max_size_below_one_is_one_sentence(max_size, capsys):
+    from hydra_plugins.zoo_population_launcher.population_launcher import PopulationLauncher
+
+    with pytest.raises(SystemExit) as done:
+        PopulationLauncher(max_size=max_size)
+    assert done.value.code == 2 and "hydra.launcher.max_size must be a positive" in capsys.readouterr().err
+
+
+def test_without_an_output_subdir_a_group_writes_no_hydra_folder(tmp_path):
+    from zoo.population.launch import _train_group
+
+    job = OmegaConf.create({"hydra": {"output_subdir": None, "overrides": {"task": []}}})
+    cfg = OmegaConf.create({"paths": {"output_dir": str(tmp_path / "0")}})
+    assert _train_group(lambda cfgs, hydra_cfgs: ["done"], [job], [cfg]) == ["done"]
+    assert not (tmp_path / "0").exists()
