@@ -309,6 +309,9 @@ def test_eval_without_missing_or_empty_run_dir(make_cfg, tmp_path):
         evaluate(make_cfg(config_name="eval"))
     with pytest.raises(UserError, match=r"run_dir=.*missing does not exist; pass the directory of a training run\."):
         evaluate(eval_cfg(make_cfg, tmp_path / "missing"))
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(UserError, match=r"run_dir=.*a_file is a file, not a directory; pass the directory of a"):
+        evaluate(eval_cfg(make_cfg, tmp_path / "a_file"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match=r"run_dir=.*empty has no complete checkpoint in checkpoints/; train it"):
         evaluate(eval_cfg(make_cfg, tmp_path / "empty"))

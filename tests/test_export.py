@@ -177,20 +177,21 @@ EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one
     ("x.csv", "1," * 63 + "one\n", r"cannot be read as numbers \(.*one.*\); it must hold " + EXPECTED),
     ("x.csv", "", r"holds no examples; the model expects " + EXPECTED),
     ("x.txt", "1\n", r"must be a \.npy or \.csv file of shape " + EXPECTED),
+    ("missing.npy", None, r"does not exist; pass a \.npy or \.csv file of shape " + EXPECTED),
 ], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "csv-columns", "csv-text", "csv-empty",
-        "extension"])
+        "extension", "missing"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
                                                                       name, content, message):
     path, output = tmp_path / name, tmp_path / "p.csv"
     if isinstance(content, str):
         path.write_text(content)
-    else:
+    elif content is not None:
         np.save(path, content, allow_pickle=True)
     output.write_text("earlier predictions\n")
     with pytest.raises(UserError, match=f"input={re.escape(str(path))} {message}"):
         predict(predict_cfg(f"run_dir={exported_run[0]}", f"input={path}", f"output={output}"))
     assert output.read_text() == "earlier predictions\n" and capsys.readouterr().out == ""
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "p.csv"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "p.csv"] if path.exists() else ["p.csv"])
 
 
 def test_predict_without_an_export_or_arguments(tmp_path):

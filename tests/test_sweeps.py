@@ -76,6 +76,8 @@ def test_grid_sweep_writes_a_run_per_job_and_a_correct_summary(data_dir, tmp_pat
     assert report.main([str(sweep)]) == 0
     assert (sweep / "summary.csv").read_text() == written
     assert (sweep / "summary.md").is_file() and (sweep / "summary.png").is_file()
+    assert report.main([str(sweep / "missing")]) == 2 and report.main([best_dir]) == 2  # one sentence each
+    assert not (pathlib.Path(best_dir) / "summary.csv").exists()
 
 
 def test_optuna_preset_runs_n_trials_and_reports_the_best(data_dir, tmp_path):

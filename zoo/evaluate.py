@@ -28,7 +28,8 @@ def _check_command(cfg: DictConfig, script: str) -> None:
 
 def _open_checkpoints(run_dir: str) -> Checkpoints:
     if not os.path.isdir(run_dir):
-        raise UserError(f"run_dir={run_dir} does not exist; pass the directory of a training run.")
+        what = "is a file, not a directory" if os.path.exists(run_dir) else "does not exist"
+        raise UserError(f"run_dir={run_dir} {what}; pass the directory of a training run.")
     directory = os.path.join(run_dir, "checkpoints")
     ckpts = Checkpoints(directory, read_only=True) if os.path.isdir(directory) else None
     if ckpts is None or not ckpts.steps():

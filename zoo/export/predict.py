@@ -54,6 +54,8 @@ def _expected(shape: tuple) -> str:
 def read_input(path: str, shape: tuple) -> np.ndarray:
     """(N, *shape) float32 from a .npy array or a .csv of flattened examples; anything else is refused."""
     kind = os.path.splitext(path)[1].lower()
+    if not os.path.isfile(path):
+        raise UserError(f"input={path} does not exist; pass a .npy or .csv file of shape {_expected(shape)}.")
     if kind not in (".npy", ".csv"):
         raise UserError(f"input={path} must be a .npy or .csv file of shape {_expected(shape)}.")
     try:

@@ -187,9 +187,17 @@ def _one_writer_at_a_time(root: str):
 
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not os.path.isdir(args[0]):
+    if len(args) != 1:
         print("usage: python -m zoo.sweeps.report MULTIRUN_DIR  (a directory written by `python train.py -m ...`)",
               file=sys.stderr)
+        return 2
+    if not os.path.isdir(args[0]):
+        print(f"error: {args[0]} is not a directory; pass a multirun's directory (hydra.sweep.dir).", file=sys.stderr)
+        return 2
+    if os.path.isfile(os.path.join(args[0], ".hydra", "overrides.yaml")) and not os.path.isfile(
+            os.path.join(args[0], "multirun.yaml")):
+        print(f"error: {args[0]} is a single run's directory; pass the multirun directory above its jobs "
+              "(hydra.sweep.dir).", file=sys.stderr)
         return 2
     if not find_job_dirs(args[0]):
         print(f"error: no jobs under {args[0]} (a job directory holds .hydra/overrides.yaml)", file=sys.stderr)
