@@ -189,9 +189,14 @@ def test_integer_optimizer_settings_stay_constants_and_split_groups(make_cfg):
         assert outcome["test"] == pytest.approx(train(solo)["test"], rel=1e-5)
 
 
-def test_pmap_is_refused_with_the_setting_to_change(make_cfg):
-    with pytest.raises(UserError, match="parallel=sharded"):
-        train_population(configs(make_cfg, "pmap", "parallel.mode=pmap", "parallel.cpu_devices=2"))
+@pytest.mark.parametrize("overrides, setting", [
+    (["parallel.mode=pmap", "parallel.cpu_devices=2"], "parallel=sharded"),
+    (["parallel.mode=sharded", "parallel.fsdp=true", "parallel.cpu_devices=2"], "set parallel.fsdp=false"),
+    (["parallel.device_data_mb=0.01"], r"exceeds parallel\.device_data_mb=0\.01; raise that limit"),
+], ids=["pmap", "fsdp", "device-data"])
+def test_what_a_population_cannot_train_is_refused_with_the_setting_to_change(make_cfg, overrides, setting):
+    with pytest.raises(UserError, match=setting):
+        train_population(configs(make_cfg, "refused", *overrides))
 
 
 def test_early_stopping_ends_each_member_alone_as_in_its_solo_run(make_cfg):

@@ -15,6 +15,7 @@ from flax import nnx
 
 from zoo.config import validate
 from zoo.data import TrainStream, eval_batches
+from zoo.data.feed import fits_on_device
 from zoo.ema import evaluating_averaged
 from zoo.errors import UserError
 from zoo.loop import DEFAULT_STEPS_PER_CALL, total_steps_for
@@ -43,6 +44,9 @@ def check_population_settings(cfg) -> None:
     if cfg.distributed.mode != "none":
         raise UserError("hydra/launcher=population trains in one process; set distributed=none (or use "
                         "hydra/launcher=basic for multi-process runs).")
+    if cfg.parallel.get("fsdp"):
+        raise UserError("hydra/launcher=population shards its members over devices, not their parameters; set "
+                        "parallel.fsdp=false (or use hydra/launcher=basic for sharded parameters).")
     if cfg.privacy.mode != "none":
         raise UserError("hydra/launcher=population does not train privacy=dpsgd members (their Poisson-sampled "
                         "batches differ in size); use hydra/launcher=basic.")
@@ -76,6 +80,12 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
     data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
     task, train_split = TASKS[data.task], data.splits["train"]
+    if not fits_on_device(train_split, cfg.parallel.device_data_mb):
+        size_mb = (train_split.x.nbytes + train_split.y.nbytes) / 2 ** 20
+        raise UserError(f"hydra/launcher=population keeps the train split on the device, and dataset="
+                        f"{cfg.dataset.name}'s ({size_mb:.0f} MB) exceeds parallel.device_data_mb="
+                        f"{cfg.parallel.device_data_mb}; raise that limit or use hydra/launcher=basic, which "
+                        "streams it from the host.")
     streams = [TrainStream(train_split, cfg.trainer.batch_size, c.seed) for c in cfgs]
     total_steps = total_steps_for(cfg.trainer, streams[0].steps_per_epoch)
     check_run_length(cfg, total_steps)

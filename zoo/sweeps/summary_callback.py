@@ -46,11 +46,14 @@ def write_failure(job_dir: str, job_return: JobReturn) -> None:
     """failure.json: why this job has no results.json (a failed job is otherwise just a directory)."""
     error = job_return._return_value  # the exception; .return_value would re-raise it and print a second notice
     record = {"status": "pruned" if isinstance(error, TrialPruned) else "failed", "error": type(error).__name__,
-              "reason": str(error), "user_error": isinstance(error, UserError), "overrides": list(job_return.overrides or []),
+              "reason": str(error), "user_error": isinstance(error, UserError),
+              "overrides": list(job_return.overrides or []),
               "traceback": "".join(traceback.format_exception(error))}
     os.makedirs(job_dir, exist_ok=True)
-    with open(os.path.join(job_dir, "failure.json"), "w") as f:
+    path = os.path.join(job_dir, "failure.json")
+    with open(path + ".tmp", "w") as f:
         json.dump(record, f, indent=2)
+    os.replace(path + ".tmp", path)  # a kill mid-write never leaves a half-written record
 
 
 class SweepSummary(Callback):
