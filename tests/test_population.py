@@ -75,6 +75,15 @@ def test_every_member_equals_its_solo_run(make_cfg, optimizer, dropout):
     assert records(cfgs[0].paths.output_dir) != records(cfgs[2].paths.output_dir)
 
 
+def test_with_nan_check_step_a_diverging_member_names_its_batch_as_its_solo_run_does(make_cfg):
+    grid = [("0.05", "0"), ("1e6", "0")]
+    outcomes = train_population(configs(make_cfg, "pop", "optimizer=sgd", "trainer.nan_check=step", grid=grid))
+    with pytest.raises(NonFiniteLoss) as solo:
+        train(make_cfg(*SMALL, "optimizer=sgd", "trainer.nan_check=step", "optimizer.learning_rate=1e6", out="solo"))
+    assert "(batch " in str(solo.value) and str(outcomes[1]) == str(solo.value)
+    assert outcomes[0]["steps"] == 12
+
+
 def test_a_member_that_cannot_open_its_run_dir_leaves_the_others_their_own_dropout_rate(make_cfg):
     rates = ["0.3", "0.1", "0.1"]  # the survivors share 0.1: the rate is then a constant of the model
     cfgs = [make_cfg(*SMALL, "optimizer=sgd", f"model.dropout={p}", "trainer.resume=never",

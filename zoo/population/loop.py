@@ -59,7 +59,8 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
         step += k
         saved_states = None
         if step % log_every == 0 or step == total_steps:
-            accs = _log_train(program, accs, members, step, interval_start, time.perf_counter() - t_log, task)
+            accs = _log_train(program, accs, members, step, interval_start, time.perf_counter() - t_log, task,
+                              each_step=cfg.nan_check == "step")
             interval_start, t_log = step, time.perf_counter()
         evals = {}
         if eval_every and step % eval_every == 0 and step < total_steps:
@@ -99,23 +100,27 @@ def _member_rows(members, step: int, k: int, chunk_size: int, padded: int):
     return np.stack(idx).astype(np.int32), np.stack(mask)
 
 
-def _log_train(program, accs, members, step, interval_start, seconds, task):
-    """Each member that ran in this interval logs its train metrics; a non-finite one fails and freezes."""
+def _log_train(program, accs, members, step, interval_start, seconds, task, each_step: bool = False):
+    """Each member that ran in this interval logs its train metrics; a non-finite one fails and freezes.
+    `each_step` (trainer.nan_check=step): a non-finite loss is reported with its batch, as in a solo run."""
     host = jax.device_get(accs)
+    logged = []
     for i, m in enumerate(members):
         ran = sum(m.running_at(s) for s in range(interval_start, step))
         if m.error is not None or not ran or step > m.end:
             continue  # a member not started yet keeps its restored partial sums; an ended one logs no more
         metrics = task.metrics(member(host, i))
         try:
-            _check_finite(metrics, step, m.last_finite)
+            _check_finite(metrics, step, m.last_finite, m.stream.position(step - 1) if each_step else None)
         except NonFiniteLoss as e:
             m.error = e
             continue
         m.last_finite = metrics["loss"]
         m.train_metrics = metrics
-        m.outputs.logger.log(step, "train", {**metrics, "examples_per_s": ran * m.stream.batch_size / max(seconds, 1e-9)})
-        host = jax.tree.map(lambda a: _zero_row(a, i), host)
+        examples_per_s = ran * m.stream.batch_size / max(seconds, 1e-9)
+        m.outputs.logger.log(step, "train", {**metrics, "examples_per_s": examples_per_s})
+        logged.append(i)
+    host = jax.tree.map(lambda a: _zero_rows(a, logged), host)
     losses = [m.train_metrics["loss"] for m in members if m.error is None and m.train_metrics]
     log.info("population step %d: %d of %d members training, best train loss %s", step,
              sum(m.error is None and step < m.end for m in members), len(members),
@@ -123,9 +128,9 @@ def _log_train(program, accs, members, step, interval_start, seconds, task):
     return program.put_members(host)
 
 
-def _zero_row(a, i):
+def _zero_rows(a, rows: list):
     a = np.array(a)
-    a[i] = 0
+    a[rows] = 0
     return a
 
 
