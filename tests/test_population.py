@@ -202,7 +202,8 @@ def test_integer_optimizer_settings_stay_constants_and_split_groups(make_cfg):
     (["parallel.mode=pmap", "parallel.cpu_devices=2"], "parallel=sharded"),
     (["parallel.mode=sharded", "parallel.fsdp=true", "parallel.cpu_devices=2"], "set parallel.fsdp=false"),
     (["parallel.device_data_mb=0.01"], r"exceeds parallel\.device_data_mb=0\.01; raise that limit"),
-], ids=["pmap", "fsdp", "device-data"])
+    (["trainer.profile=true"], "set trainer.profile=false"),
+], ids=["pmap", "fsdp", "device-data", "profile"])
 def test_what_a_population_cannot_train_is_refused_with_the_setting_to_change(make_cfg, overrides, setting):
     with pytest.raises(UserError, match=setting):
         train_population(configs(make_cfg, "refused", *overrides))

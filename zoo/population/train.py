@@ -44,6 +44,9 @@ def check_population_settings(cfg) -> None:
     if cfg.distributed.mode != "none":
         raise UserError("hydra/launcher=population trains in one process; set distributed=none (or use "
                         "hydra/launcher=basic for multi-process runs).")
+    if cfg.trainer.profile:
+        raise UserError("hydra/launcher=population trains its members as one program, not one profile per trial; "
+                        "set trainer.profile=false (or use hydra/launcher=basic to profile each trial).")
     if cfg.parallel.get("fsdp"):
         raise UserError("hydra/launcher=population shards its members over devices, not their parameters; set "
                         "parallel.fsdp=false (or use hydra/launcher=basic for sharded parameters).")
