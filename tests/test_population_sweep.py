@@ -31,6 +31,9 @@ def test_jobs_are_grouped_by_structure_and_split_at_max_size(grouped_sweep):
         members[job] = results.get("population", {}).get("members")
         overrides = (sweep / str(job) / ".hydra" / "overrides.yaml").read_text()
         assert f"model.hidden={[32] if job < 4 else [64]}".replace(" ", "") in overrides.replace(" ", "")
+        log = (sweep / str(job) / "train.log").read_text()  # as a solo run's: its own metrics and run dir
+        assert re.findall(r"\] - run directory: (.*)", log) == [str(sweep / str(job))]
+        assert log.count("test: loss=") == 1
     assert members == {0: 3, 1: 3, 2: 3, 3: None, 4: 3, 5: 3, 6: 3, 7: None}  # the ones left over run solo
     rows = summary_rows(sweep)
     assert len(rows) == 8 and {r["status"] for r in rows} == {"completed"}

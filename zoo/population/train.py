@@ -23,6 +23,7 @@ from zoo.optim import build_optimizer, check_run_length, hyperparameters
 from zoo.outputs import open_outputs
 from zoo.parallel import select_devices
 from zoo.population.grouping import check_one_group
+from zoo.population.logs import member_lines
 from zoo.population.loop import Member, evaluate_members, fit_population
 from zoo.population.program import PopulationProgram, member, stack
 from zoo.preemption import Preempted, stop_on_signals
@@ -109,7 +110,8 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     members, outcomes = [], [None] * len(cfgs)
     for i, (c, (_, host_state)) in enumerate(zip(cfgs, initial)):
         try:
-            out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
+            with member_lines(c.paths.output_dir):  # its resume lines go to its own train.log
+                out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
             members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]))))
         except UserError as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
             outcomes[i] = e
@@ -198,8 +200,9 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
         if c.trainer.ema_decay is not None:
             extras["eval_params"] = f"exponential moving average, trainer.ema_decay={c.trainer.ema_decay}"
         try:
-            m.results = m.outputs.finish(m.end, m.train_metrics, {s: v[i] for s, v in split_metrics.items()},
-                                         member(host, i), **extras)
+            with member_lines(c.paths.output_dir):
+                m.results = m.outputs.finish(m.end, m.train_metrics, {s: v[i] for s, v in split_metrics.items()},
+                                             member(host, i), **extras)
         except UserError as e:  # a non-finite objective fails this member only
             m.error = e
 
@@ -232,7 +235,8 @@ def _reported_states(program, run, host, periodic_set, task) -> list:
     for i, m in enumerate(run):
         if m.error is None:
             try:
-                best = m.outputs.reported_state(states[i], periodic[i])
+                with member_lines(m.outputs.cfg.paths.output_dir):
+                    best = m.outputs.reported_state(states[i], periodic[i])
             except UserError as e:  # its best checkpoint cannot be written or read back: it alone fails
                 m.error, best = e, None
             states[i] = states[i] if best is None else best
