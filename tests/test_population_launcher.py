@@ -68,7 +68,7 @@ def test_a_max_size_below_one_is_one_sentence(max_size, capsys):
 def test_without_an_output_subdir_a_group_writes_no_hydra_folder(tmp_path):
     from zoo.population.launch import _train_group
 
-    job = OmegaConf.create({"hydra": {"output_subdir": None, "overrides": {"task": []}}})
+    job = OmegaConf.create({"hydra": {"output_subdir": None, "overrides": {"task": []}, "job": {"name": "train"}}})
     cfg = OmegaConf.create({"paths": {"output_dir": str(tmp_path / "0")}})
     assert _train_group(lambda cfgs, hydra_cfgs: ["done"], [job], [cfg]) == ["done"]
     assert not (tmp_path / "0").exists()

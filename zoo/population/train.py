@@ -108,30 +108,30 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     host_batches = {s: eval_batches(data.splits[s], cfg.trainer.eval_batch_size) for s in periodic_first}
     zero = zero_sums(initial[0][1], host_batches["test"][0])
     members, outcomes = [], [None] * len(cfgs)
-    for i, (c, (_, host_state)) in enumerate(zip(cfgs, initial)):
-        try:
-            with member_lines(c.paths.output_dir):  # its resume lines go to its own train.log
-                out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
-            members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]))))
-        except UserError as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
-            outcomes[i] = e
-    if not members:
-        return outcomes
-    program = PopulationProgram(devices, train_chunk, eval_step, train_split, zero, len(members))
-    eval_sets = {s: ([program.put_replicated(b) for b in batches], len(data.splits[s]))
-                 for s, batches in host_batches.items()}
-    run = [m for _, m in members]
-    model = count_parameters(initial[0][1].params)
-    if cfg.logger.summary:  # FLOPs of one member's solo step: what each member's results.json reports
-        solo_step = jax.jit(functools.partial(train_chunk, hyper=hypers[0]))
-        model.update(step_flops(solo_step, jax.jit(eval_step), initial[0][1], zero, (streams[0].chunk(0, 1),),
-                                next(iter(host_batches.values()))[0], 1))
-    model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
-    try:
+    try:  # every member opened is closed, whatever ends the group
+        for i, (c, (_, host_state)) in enumerate(zip(cfgs, initial)):
+            try:
+                with member_lines(c.paths.output_dir):  # its resume lines go to its own train.log
+                    out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
+                members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]))))
+            except UserError as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
+                outcomes[i] = e
+        if not members:
+            return outcomes
+        program = PopulationProgram(devices, train_chunk, eval_step, train_split, zero, len(members))
+        eval_sets = {s: ([program.put_replicated(b) for b in batches], len(data.splits[s]))
+                     for s, batches in host_batches.items()}
+        run = [m for _, m in members]
+        model = count_parameters(initial[0][1].params)
+        if cfg.logger.summary:  # FLOPs of one member's solo step: what each member's results.json reports
+            solo_step = jax.jit(functools.partial(train_chunk, hyper=hypers[0]))
+            model.update(step_flops(solo_step, jax.jit(eval_step), initial[0][1], zero, (streams[0].chunk(0, 1),),
+                                    next(iter(host_batches.values()))[0], 1))
+        model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
         _train(program, run, [cfgs[i] for i, _ in members], [hypers[i] for i, _ in members], task, total_steps,
                eval_sets, model, t0, steps_per_call=1 if unroll else DEFAULT_STEPS_PER_CALL)  # as zoo.train chooses
     finally:
-        for m in run:
+        for _, m in members:
             m.outputs.close()
     for i, m in members:
         outcomes[i] = m.error if m.error is not None else m.results
