@@ -70,9 +70,10 @@ def chunk_length(cap: int, remaining: int, *periods: int) -> int:
     return max(1, min([cap, remaining] + [p for p in periods if p]))
 
 
-def call_length(cfg, compiled: Compiled, remaining: int, saving: bool = True) -> int:
-    """Steps per train call of `fit` (each call is padded to it) for trainer settings `cfg`."""
-    chunk_size = 1 if cfg.nan_check == "step" else (cfg.steps_per_call or compiled.steps_per_call)
+def call_length(cfg, steps_per_call: int, remaining: int, saving: bool = True) -> int:
+    """Steps per train call of `fit` (each call is padded to it) for trainer settings `cfg`; `steps_per_call`
+    is the cap when trainer.steps_per_call is null."""
+    chunk_size = 1 if cfg.nan_check == "step" else (cfg.steps_per_call or steps_per_call)
     log_every = 1 if cfg.nan_check == "step" else cfg.log_every
     return chunk_length(chunk_size, remaining, log_every, cfg.eval_every, cfg.checkpoint_every if saving else 0)
 
@@ -97,7 +98,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     checkpoint_every = cfg.checkpoint_every if save else 0
     eval_every = cfg.eval_every  # config reads cost ~14 us each: keep them out of the step loop
     periodic_split = next(iter(eval_sets))
-    length = call_length(cfg, compiled, total_steps - start_step, saving=bool(save))
+    length = call_length(cfg, compiled.steps_per_call, total_steps - start_step, saving=bool(save))
     zeros = mode.put_replicated(compiled.zero_sums)  # not donated by the train call: reused every interval
     acc = zeros if sums is None else mode.put_replicated(sums)
     step, last_logged, train_metrics, last_finite, ended = start_step, start_step, {}, None, False

@@ -113,7 +113,8 @@ def train(cfg: DictConfig) -> dict:
     out = open_outputs(cfg, compiled.task, run.stream, run.total_steps, run.host_state, compiled.zero_sums,
                        run.privacy)
     state = mode.put_state(out.host_state)
-    model = describe(cfg, run, state, out.logger, call_length(cfg.trainer, compiled, out.end_step - out.start_step))
+    model = describe(cfg, run, state, out.logger, call_length(cfg.trainer, compiled.steps_per_call,
+                                                                  out.end_step - out.start_step))
     if cfg.trainer.ema_decay is not None:
         log.info("evals use the exponential moving average of the parameters (trainer.ema_decay=%s)",
                  cfg.trainer.ema_decay)

@@ -13,7 +13,7 @@ import numpy as np
 
 from zoo.errors import UserError
 from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, _check_finite, _next_boundary,
-                      chunk_length, metric_summary)
+                      call_length, metric_summary)
 from zoo.population.program import member
 
 log = logging.getLogger("zoo")
@@ -41,13 +41,12 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     `accs` holds each member's partial metric sums (restored ones after a resume). `eval_set` is the periodic
     split's (name, device batches, example count). `steps_per_call` is K when trainer.steps_per_call is
     null (as zoo.train chooses it). Members that fail or are pruned get `error` set."""
-    chunk_size = 1 if cfg.nan_check == "step" else (cfg.steps_per_call or steps_per_call)
     log_every = 1 if cfg.nan_check == "step" else cfg.log_every
     checkpoint_every, eval_every = cfg.checkpoint_every, cfg.eval_every
     for m in members:
         m.end = m.outputs.end_step
     step = min([m.outputs.start_step for m in members if m.error is None] + [total_steps])
-    length = chunk_length(chunk_size, total_steps - step, log_every, eval_every, checkpoint_every)
+    length = call_length(cfg, steps_per_call, total_steps - step)
     interval_start, t_log = step, time.perf_counter()
     saves = []  # (member, step, host state, host sums, eval metrics) written while the next chunk computes
     while step < total_steps and any(m.error is None and step < m.end for m in members):
