@@ -1,5 +1,6 @@
 """The commands a user types, as real subprocesses: exit codes, messages, signals, kill -9."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -115,6 +116,21 @@ def test_sigterm_ends_a_multirun_after_the_job_it_stopped(data_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((sweep / "0" / "results.json").read_text())["start_step"] == stopped_at
     assert json.loads((sweep / "1" / "results.json").read_text())["steps"] == 3000
+
+
+def test_the_sweep_ending_callback_leaves_single_runs_and_launcher_children_alone(monkeypatch, capsys):
+    from zoo import preemption
+    from zoo.sweeps.stop_on_signal import EndSweepOnSignal
+
+    monkeypatch.setattr(preemption, "_received", signal.SIGTERM)  # a signal landed in the job's last call
+    callback = EndSweepOnSignal()
+    callback.on_job_end(config=None, job_return=None)  # a single run: it finished, nothing to end
+    callback.sweep_pid = os.getpid() + 1
+    callback.on_job_end(config=None, job_return=None)  # a job a launcher runs in a child process
+    callback.sweep_pid = os.getpid()
+    with pytest.raises(SystemExit) as done:
+        callback.on_job_end(config=None, job_return=None)
+    assert done.value.code == 128 + signal.SIGTERM and "rerun the same multirun command" in capsys.readouterr().err
 
 
 # train.py with orbax's final rename of step KILL_AT replaced by SIGKILL: the process dies mid-save, its

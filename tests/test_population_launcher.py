@@ -41,16 +41,16 @@ class TestPopulationLauncherIntegration(IntegrationTestSuite):
 def test_an_error_of_the_whole_group_is_raised_by_each_job_from_where_it_was_first_raised():
     import traceback
 
-    from zoo.population.launch import _hand_back
+    from zoo.population.launch import _hand_backs
 
     try:
         raise RuntimeError("the group's program could not be built")
     except RuntimeError as e:
-        error = e
-    first, depths = error.__traceback__, []
-    for _ in range(3):  # each job of the group hands the same error back
+        outcomes = [e] * 3  # what _train_group returns for each job when the whole group fails
+    depths = []
+    for hand_back in _hand_backs(outcomes):  # as launch() hands the jobs back, one after another
         try:
-            _hand_back(error, first, OmegaConf.create({}))
+            hand_back(OmegaConf.create({}))
         except RuntimeError as e:
             depths.append(len(traceback.extract_tb(e.__traceback__)))
     assert depths == [depths[0]] * 3, depths

@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import _save_config, configure_log, filter_overrides, run_job, setup_globals
 from omegaconf import OmegaConf, open_dict, read_write
 
+from zoo import preemption
 from zoo.errors import UserError
 from zoo.population.logs import FORMAT, member_log_files
 from zoo.sweeps.stop_on_signal import deferred, end_sweep_if_stopped
@@ -36,6 +37,7 @@ def trains_populations(train_population):
 
 def launch(hydra_context, config, task_function, job_overrides, initial_job_idx: int, max_size: int) -> list:
     setup_globals()
+    preemption.forget()  # a signal handled before this batch was launched is not this batch's to act on
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     log.info(f"Launching {len(job_overrides)} jobs locally")
@@ -62,8 +64,7 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         log.info("training jobs %s as one population", ", ".join(f"#{jobs[i].hydra.job.num}" for i in group))
         outcomes = _train_group(trainer, [jobs[i] for i in group], [task_cfgs[i] for i in group])
         with _ending_together():
-            for outcome, i in zip(outcomes, group):
-                hand_back = functools.partial(_hand_back, outcome, getattr(outcome, "__traceback__", None))
+            for hand_back, i in zip(_hand_backs(outcomes), group):
                 returns[i] = _run(hydra_context, config, hand_back, jobs[i])
         end_sweep_if_stopped(returns[group[0]])
     return returns
@@ -136,10 +137,16 @@ def _train_group(trainer, jobs: list, task_cfgs: list) -> list:
         return [e] * len(jobs)
 
 
+def _hand_backs(outcomes: list) -> list:
+    """Each job's task. An error that ended the whole group is one object for all of its jobs: each raises it
+    from where it was first raised (its traceback taken now, before any job raised it again), so one job's
+    failure.json does not carry the frames of the jobs handed back before it."""
+    tracebacks = [getattr(outcome, "__traceback__", None) for outcome in outcomes]
+    return [functools.partial(_hand_back, o, tb) for o, tb in zip(outcomes, tracebacks)]
+
+
 def _hand_back(outcome, traceback, cfg):
-    """The job's task: the zoo's own wrapper (exit codes, multirun rules) around the population's outcome.
-    An error that ended the whole group is raised by each of its jobs from where it was first raised, so one
-    job's failure.json does not carry the frames of the jobs handed back before it."""
+    """The job's task: the zoo's own wrapper (exit codes, multirun rules) around the population's outcome."""
     from zoo.cli import run_task
 
     def result(_):

@@ -5,6 +5,7 @@ that job as failed and start the next one. Rerunning the same multirun command (
 resumes every job from its own checkpoint.
 """
 import contextlib
+import os
 import signal
 import sys
 
@@ -39,11 +40,17 @@ def end_sweep_if_stopped(job_return=None) -> None:
 
 class EndSweepOnSignal(Callback):
     """conf: hydra.callbacks.end_sweep_on_signal, listed first so that on a job's end it runs last (Hydra
-    notifies end events in reverse order): the sweep summary and failure.json are written before it exits."""
+    notifies end events in reverse order): the sweep summary and failure.json are written before it exits.
+    It acts in the process that runs the sweep: a single run finishes (or stops) on its own, and a job a
+    launcher runs in another process (submitit) returns its outcome to that one."""
+
+    def __init__(self) -> None:
+        self.sweep_pid = None
 
     def on_multirun_start(self, config, **kwargs) -> None:
+        self.sweep_pid = os.getpid()
         preemption.forget()
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
-        if not _deferred:
+        if self.sweep_pid == os.getpid() and not _deferred:
             end_sweep_if_stopped(job_return)
