@@ -70,6 +70,21 @@ def test_a_refused_command_leaves_the_runs_hydra_record_as_it_was(data_dir, tmp_
     assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()} == before
 
 
+def test_only_a_refusal_before_the_run_opened_its_outputs_puts_the_record_back(tmp_path):
+    from zoo import run_record
+
+    record = tmp_path / "run" / ".hydra" / "config.yaml"
+    record.parent.mkdir(parents=True)
+    for opened, kept in ((False, "the finished run's"), (True, "this command's")):
+        record.write_text("the finished run's")
+        run_record.remember(str(tmp_path / "run"), ".hydra")
+        record.write_text("this command's")  # what Hydra writes before the task starts
+        if opened:
+            run_record.accepted(str(tmp_path / "run"))  # then e.g. a NonFiniteLoss: the run did train
+        run_record.restore(str(tmp_path / "run"))
+        assert record.read_text() == kept
+
+
 def assert_final_checkpoint_equals_in_process_run(run_dir, make_cfg, overrides):
     """The resumed subprocess run ends with the very parameters of an uninterrupted run."""
     cfg = make_cfg(*overrides, out="reference")

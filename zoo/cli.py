@@ -14,6 +14,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from zoo import run_record
 from zoo.errors import Interrupted, UserError
 
 
@@ -42,28 +43,6 @@ def check_writable(path: str, setting: str) -> None:
         raise UserError(f"{setting}={path} is not writable ({reason}); set {setting} to a directory you can write.")
 
 
-_previous_hydra_files = {}  # run dir -> {file name: bytes} of its .hydra/ before this command rewrote it
-
-
-def _remember_hydra_files(run_dir: str, subdir) -> None:
-    """Hydra rewrites <run dir>/.hydra/ before the task starts; a command the zoo then refuses must leave a
-    finished run's record of its own config as it was."""
-    if subdir is not None and os.path.isdir(os.path.join(run_dir, str(subdir))):
-        folder = os.path.join(run_dir, str(subdir))
-        _previous_hydra_files[os.path.abspath(run_dir)] = {
-            name: open(os.path.join(folder, name), "rb").read() for name in os.listdir(folder)
-            if name.endswith(".yaml")}
-
-
-def _restore_hydra_files(run_dir) -> None:
-    saved = _previous_hydra_files.get(os.path.abspath(run_dir)) if run_dir else None
-    if saved and HydraConfig.initialized() and HydraConfig.get().output_subdir is not None:
-        folder = os.path.join(run_dir, str(HydraConfig.get().output_subdir))
-        for name, content in saved.items():
-            with open(os.path.join(folder, name), "wb") as f:
-                f.write(content)
-
-
 class RunDirCheck(Callback):
     """Hydra creates the run directory before the task starts and reports a failure as a traceback; this
     callback (conf: hydra.callbacks.run_dir_check) checks it first and exits with one sentence instead. It also
@@ -72,13 +51,13 @@ class RunDirCheck(Callback):
     def on_run_start(self, config, **kwargs) -> None:
         # ${now:...} is a cached resolver on this very config object, so Hydra then uses the same directory.
         _exit_if_unwritable(config.hydra.run.dir, "hydra.run.dir")
-        _remember_hydra_files(str(config.hydra.run.dir), config.hydra.output_subdir)
+        run_record.remember(str(config.hydra.run.dir), config.hydra.output_subdir)
 
     def on_multirun_start(self, config, **kwargs) -> None:
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
         for job in os.listdir(sweep):  # a rerun in the same sweep dir: its jobs' dirs
-            _remember_hydra_files(os.path.join(sweep, job), config.hydra.output_subdir)
+            run_record.remember(os.path.join(sweep, job), config.hydra.output_subdir)
 
 
 def _exit_if_unwritable(path: str, setting: str) -> None:
@@ -103,7 +82,7 @@ def run_task(fn, cfg):
             check_writable(output_dir, "paths.output_dir")
         return fn(cfg).get("objective")
     except UserError as e:
-        _restore_hydra_files(OmegaConf.select(cfg, "paths.output_dir"))  # refused: the run dir's record stays
+        run_record.restore(OmegaConf.select(cfg, "paths.output_dir"))  # refused before it opened its outputs
         if in_multirun():
             if isinstance(e, Interrupted):
                 raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from zoo import run_record
 from zoo.checkpoint import Checkpoints
 from zoo.cli import in_multirun
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
@@ -108,6 +109,7 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
                        plot_in_background=population_member or in_multirun())
     if privacy:
         logger = EpsilonLogger(logger, privacy)
+    run_record.accepted(out_dir)  # from here on, .hydra/ describes this run, whatever ends it
     return RunOutputs(cfg, task, total_steps, ckpts, logger, _saver(cfg, ckpts, stream, early), zero_sums, target,
                       start_step, host_state, sums, early)
 
