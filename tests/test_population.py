@@ -225,6 +225,16 @@ def test_early_stopping_ends_each_member_alone_as_in_its_solo_run(make_cfg):
         assert_same_trajectory(cfg.paths.output_dir, solo_cfg.paths.output_dir)
 
 
+def test_a_signal_after_early_stopping_ended_a_member_lets_that_member_finish(make_cfg, monkeypatch):
+    monkeypatch.setattr(population_train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(2)))
+    stopping = ["optimizer=sgd", "trainer.max_steps=24", "trainer.eval_every=3",
+                "trainer.early_stopping.patience=1", "trainer.early_stopping.min_delta=0.02"]
+    grid = [("0.05", "0"), ("1e-9", "0")]  # 1e-9 stops at its 2nd eval, step 6, where the signal lands
+    outcomes = train_population(configs(make_cfg, "pop", *stopping, grid=grid))
+    assert outcomes[1]["early_stopping"]["stopped_step"] == 6  # complete when the signal came: it finished
+    assert isinstance(outcomes[0], Preempted) and "at step 6" in str(outcomes[0])
+
+
 def test_convnet_members_with_batch_norm_equal_their_solo_runs(make_cfg):
     cnn = ["model=cnn", "model.channels=[4,8]", "model.dense=16", "optimizer=sgd", "trainer.steps_per_call=null"]
     grid = [("0.05", "0"), ("0.1", "1")]

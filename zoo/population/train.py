@@ -171,16 +171,16 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
         states, step = fit_population(program, states, accs, run, hyper, cfg.trainer, total_steps, task,
                                       (periodic, *eval_sets[periodic]), stop, steps_per_call)
     fit_seconds = time.perf_counter() - t_fit
-    if stop and step < total_steps:  # a signal during the last call: the members are complete, finish them
-        for m in run:
+    if stop:  # a member the signal stopped before its end was saved there; one already complete finishes
+        for m in (m for m in run if m.error is None and step < m.end):
             try:
                 if m.outputs.ckpts:
                     m.outputs.ckpts.wait()
-            except UserError as e:  # its save at the stop failed: it alone reports that
-                m.error = m.error or e
-            if m.error is None:
                 m.error = Preempted(step, stop.signum, os.path.abspath(m.outputs.cfg.paths.output_dir))
-        return
+            except UserError as e:  # its save at the stop failed: it alone reports that
+                m.error = e
+        if all(m.error is not None for m in run):
+            return
     wall_time_s = time.perf_counter() - t0  # the group's: its members trained together, none alone
     host = jax.device_get(states)
     finals = _reported_states(program, run, host, eval_sets[periodic], task)
