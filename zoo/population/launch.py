@@ -20,7 +20,6 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from zoo import preemption
 from zoo.errors import UserError
-from zoo.population.logs import FORMAT, member_log_files
 from zoo.sweeps.stop_on_signal import deferred, end_sweep_if_stopped
 
 log = logging.getLogger(__name__)
@@ -127,12 +126,8 @@ def _train_group(trainer, jobs: list, task_cfgs: list) -> list:
         _save_config(cfg, "config.yaml", hydra_dir)
         _save_config(OmegaConf.masked_copy(job, ["hydra"]), "hydra.yaml", hydra_dir)
         _save_config(job.hydra.overrides.task, "overrides.yaml", hydra_dir)
-    logging_to_file = OmegaConf.select(jobs[0], "hydra.job_logging.handlers.file") is not None
-    log_format = OmegaConf.select(jobs[0], "hydra.job_logging.formatters.simple.format", default=FORMAT)
     try:
-        with member_log_files([cfg.paths.output_dir for cfg in task_cfgs] if logging_to_file else [], log_format,
-                              f"{jobs[0].hydra.job.name}.log"):
-            return trainer(task_cfgs, [job.hydra for job in jobs])
+        return trainer(task_cfgs, [job.hydra for job in jobs])
     except Exception as e:  # noqa: BLE001 — what ends the group ends each of its jobs, as a solo run's would
         return [e] * len(jobs)
 

@@ -1,14 +1,16 @@
 """Each member's train.log, as its solo run writes it: the group's shared lines and the member's own ones.
 
-A population trains before Hydra's run_job sets up each job's logging, so while it trains every member's
-<run dir>/train.log gets a handler of its own. What the group logs once (the model summary, its progress) goes
-to all of them; what is logged inside `member_lines(run_dir)` (a member's resume, final metrics and run
-directory) goes to that member's file only.
+A population trains before Hydra's run_job sets up each job's logging, so while it trains every member that
+opened its run directory gets a handler of its own on <run dir>/<job name>.log. What the group logs once (the
+model summary, its progress) goes to all of them; what is logged inside `member_lines(run_dir)` (a member's
+resume, early stop, final metrics and run directory) goes to that member's file only.
 """
 import contextlib
 import contextvars
 import logging
 import os
+
+from omegaconf import OmegaConf
 
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job_logging format
 _member = contextvars.ContextVar("zoo_population_member", default=None)
@@ -32,19 +34,32 @@ class _SharedOrOwn(logging.Filter):
         return _member.get() in (None, self.run_dir)
 
 
-@contextlib.contextmanager
-def member_log_files(run_dirs: list, log_format: str = FORMAT, name: str = "train.log"):
-    root, handlers = logging.getLogger(), []
-    try:
-        for run_dir in run_dirs:
-            os.makedirs(run_dir, exist_ok=True)
-            handler = logging.FileHandler(os.path.join(run_dir, name))
-            handler.setFormatter(logging.Formatter(log_format))
-            handler.addFilter(_SharedOrOwn(run_dir))
-            root.addHandler(handler)
-            handlers.append(handler)
-        yield
-    finally:
-        for handler in handlers:
-            root.removeHandler(handler)
+class MemberLogs:
+    """`hydra_cfg`: a member's Hydra config (None: no files, as when train_population is called directly)."""
+
+    def __init__(self, hydra_cfg) -> None:
+        file_logging = hydra_cfg is not None and OmegaConf.select(hydra_cfg, "job_logging.handlers.file")
+        self.name = f"{hydra_cfg.job.name}.log" if file_logging else None
+        self.format = OmegaConf.select(hydra_cfg, "job_logging.formatters.simple.format", default=FORMAT) \
+            if file_logging else FORMAT
+        self.handlers = {}
+
+    def open(self, run_dir: str) -> None:
+        if self.name is None:
+            return
+        os.makedirs(run_dir, exist_ok=True)
+        handler = logging.FileHandler(os.path.join(run_dir, self.name))  # appended to, as run_job's is later
+        handler.setFormatter(logging.Formatter(self.format))
+        handler.addFilter(_SharedOrOwn(run_dir))
+        logging.getLogger().addHandler(handler)
+        self.handlers[run_dir] = handler
+
+    def close(self, run_dir: str) -> None:
+        handler = self.handlers.pop(run_dir, None)
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
             handler.close()
+
+    def close_all(self) -> None:
+        for run_dir in list(self.handlers):
+            self.close(run_dir)

@@ -14,6 +14,7 @@ import numpy as np
 from zoo.errors import UserError
 from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, _check_finite, _next_boundary,
                       call_length, metric_summary)
+from zoo.population.logs import member_lines
 from zoo.population.program import member
 
 log = logging.getLogger("zoo")
@@ -142,8 +143,10 @@ def _periodic_eval(program, states, members, step, eval_set, task) -> dict:
         if m.error is None and m.outputs.start_step < step <= m.end:
             evals[i] = metrics[i]
             m.outputs.logger.log(step, split, metrics[i])
-            if m.outputs.early is not None and m.outputs.early.update(step, metrics[i]):
-                m.end = step
+            if m.outputs.early is not None:
+                with member_lines(m.outputs.cfg.paths.output_dir):  # its "early stopping at" line is its own
+                    if m.outputs.early.update(step, metrics[i]):
+                        m.end = step
     return evals
 
 

@@ -23,7 +23,7 @@ from zoo.optim import build_optimizer, check_run_length, hyperparameters
 from zoo.outputs import open_outputs
 from zoo.parallel import select_devices
 from zoo.population.grouping import check_one_group
-from zoo.population.logs import member_lines
+from zoo.population.logs import MemberLogs, member_lines
 from zoo.population.loop import Member, evaluate_members, fit_population
 from zoo.population.program import PopulationProgram, member, stack
 from zoo.preemption import Preempted, stop_on_signals
@@ -107,15 +107,20 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
     host_batches = {s: eval_batches(data.splits[s], cfg.trainer.eval_batch_size) for s in periodic_first}
     zero = zero_sums(initial[0][1], host_batches["test"][0])
-    members, outcomes = [], [None] * len(cfgs)
+    members, outcomes, logs = [], [None] * len(cfgs), MemberLogs(hydra_cfgs[0])
     try:  # every member opened is closed, whatever ends the group
         for i, (c, (_, host_state)) in enumerate(zip(cfgs, initial)):
+            out = None
+            logs.open(c.paths.output_dir)
             try:
                 with member_lines(c.paths.output_dir):  # its resume lines go to its own train.log
                     out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
                 members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]))))
             except UserError as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
                 outcomes[i] = e
+                logs.close(c.paths.output_dir)  # nothing of the group goes into another run's log
+                if out is not None:
+                    out.close()
         if not members:
             return outcomes
         program = PopulationProgram(devices, train_chunk, eval_step, train_split, zero, len(members))
@@ -133,6 +138,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     finally:
         for _, m in members:
             m.outputs.close()
+        logs.close_all()
     for i, m in members:
         outcomes[i] = m.error if m.error is not None else m.results
     return outcomes
