@@ -85,7 +85,7 @@ def test_with_nan_check_step_a_diverging_member_names_its_batch_as_its_solo_run_
 
 
 def test_a_member_that_cannot_open_its_run_dir_leaves_the_others_their_own_dropout_rate(make_cfg):
-    rates = ["0.3", "0.1", "0.1"]  # the survivors share 0.1: the rate is then a constant of the model
+    rates = ["0.3", "0.1", "0.1"]  # the survivors share 0.1, member 0's 0.3 must not become theirs
     cfgs = [make_cfg(*SMALL, "optimizer=sgd", f"model.dropout={p}", "trainer.resume=never",
                      f"optimizer.learning_rate={lr}", f"seed={seed}", out=f"pop-{i}")
             for i, ((lr, seed), p) in enumerate(zip(GRID, rates))]

@@ -55,7 +55,8 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
     """(N, *shape) float32 from a .npy array or a .csv of flattened examples; anything else is refused."""
     kind = os.path.splitext(path)[1].lower()
     if not os.path.isfile(path):
-        raise UserError(f"input={path} does not exist; pass a .npy or .csv file of shape {_expected(shape)}.")
+        what = "is not a file" if os.path.exists(path) else "does not exist"
+        raise UserError(f"input={path} {what}; pass a .npy or .csv file of shape {_expected(shape)}.")
     if kind not in (".npy", ".csv"):
         raise UserError(f"input={path} must be a .npy or .csv file of shape {_expected(shape)}.")
     try:

@@ -47,6 +47,6 @@ def check_one_group(cfgs: list) -> None:
         other = _flatten(_shared_part(cfg))
         changed = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
         if changed:
-            raise UserError(f"a population's members may differ only in seed, non-integer optimizer settings and "
-                            f"model.dropout, but they differ in {', '.join(changed)}; train those as separate "
-                            "groups (the population launcher groups them itself).")
+            raise UserError("a population's members may differ only in seed, numeric optimizer settings (not "
+                            f"integer ones) and model.dropout, but they differ in {', '.join(changed)}; train those "
+                            "as separate groups (the population launcher groups them itself).")
