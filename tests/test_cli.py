@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -85,6 +86,14 @@ def test_only_a_refusal_before_the_run_opened_its_outputs_puts_the_record_back(t
         assert record.read_text() == kept
 
 
+def test_a_run_that_resumed_and_then_failed_keeps_the_record_of_its_own_command(data_dir, tmp_path):
+    run_dir, base = tmp_path / "run", ["debug=smoke", "optimizer=sgd", f"hydra.run.dir={tmp_path / 'run'}"]
+    assert run([*base, "trainer.max_steps=4"], data_dir).returncode == 0
+    diverged = run([*base, "trainer.max_steps=8", "optimizer.learning_rate=1e6"], data_dir)  # resumes at 4
+    assert diverged.returncode == 2 and "non-finite" in diverged.stderr
+    assert "optimizer.learning_rate=1e6" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+
+
 def assert_final_checkpoint_equals_in_process_run(run_dir, make_cfg, overrides):
     """The resumed subprocess run ends with the very parameters of an uninterrupted run."""
     cfg = make_cfg(*overrides, out="reference")
@@ -140,9 +149,11 @@ def test_the_sweep_ending_callback_leaves_single_runs_and_launcher_children_alon
     monkeypatch.setattr(preemption, "_received", signal.SIGTERM)  # a signal landed in the job's last call
     callback = EndSweepOnSignal()
     callback.on_job_end(config=None, job_return=None)  # a single run: it finished, nothing to end
-    callback.sweep_pid = os.getpid() + 1
+    callback.sweep_process = (socket.gethostname(), os.getpid() + 1)
     callback.on_job_end(config=None, job_return=None)  # a job a launcher runs in a child process
-    callback.sweep_pid = os.getpid()
+    callback.sweep_process = (socket.gethostname() + "-login", os.getpid())
+    callback.on_job_end(config=None, job_return=None)  # one on a cluster node with the sweep's pid
+    callback.sweep_process = (socket.gethostname(), os.getpid())
     with pytest.raises(SystemExit) as done:
         callback.on_job_end(config=None, job_return=None)
     assert done.value.code == 128 + signal.SIGTERM and "rerun the same multirun command" in capsys.readouterr().err

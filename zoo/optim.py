@@ -69,16 +69,14 @@ def _is_number(value) -> bool:
 
 
 def _integer_parameters(optimizer_cfg) -> set:
-    """The optimizer factory's settings that stay constants: those with an int default (a factored dimension,
-    a step count) and int values where the default is not a float (a seed). They may decide shapes or Python
-    branches, so they cannot be traced values."""
+    """The optimizer factory's parameters with an int default (a factored dimension, a step count): they may
+    decide shapes or Python branches, so they cannot be traced values."""
     try:
         factory = safe_instantiate(optimizer_cfg, "optimizer", _partial_=True).func
         parameters = inspect.signature(factory).parameters
     except (UserError, TypeError, ValueError):  # a bad target fails its own run later, with its own message
         return set()
-    return {name for name, p in parameters.items()
-            if type(p.default) is int or (type(optimizer_cfg.get(name)) is int and not isinstance(p.default, float))}
+    return {name for name, p in parameters.items() if type(p.default) is int}
 
 
 def hyperparameters(cfg) -> dict:

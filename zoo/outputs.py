@@ -96,7 +96,12 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         raise UserError(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
                         "choose a new hydra.run.dir.")
     target = {"state": host_state, "sums": zero_sums}
-    start_step, restored, meta = find_start(cfg, ckpts, target)
+    try:
+        start_step, restored, meta = find_start(cfg, ckpts, target)
+    except BaseException:  # refused (other settings, resume=never): release the manager opened above
+        if ckpts is not None:
+            ckpts.close()
+        raise
     sums = None
     if restored is not None:
         host_state, sums = restored["state"], restored["sums"]

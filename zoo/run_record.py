@@ -20,6 +20,7 @@ def remember(run_dir: str, subdir) -> None:
                 with open(os.path.join(folder, name), "rb") as f:
                     files[name] = f.read()
     except OSError:  # no record yet, or one that cannot be read: nothing to put back
+        _previous.pop(os.path.abspath(run_dir), None)
         return
     _previous[os.path.abspath(run_dir)] = (folder, files)
 
@@ -36,4 +37,4 @@ def restore(run_dir) -> None:
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(content)
         except OSError:  # the refusal's own message is what the user needs; this one would hide it
-            return
+            continue

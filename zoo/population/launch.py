@@ -65,7 +65,8 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         with _ending_together():
             for hand_back, i in zip(_hand_backs(outcomes), group):
                 returns[i] = _run(hydra_context, config, hand_back, jobs[i])
-        end_sweep_if_stopped(returns[group[0]])
+        stopped = [returns[i] for i in group if isinstance(returns[i]._return_value, preemption.Preempted)]
+        end_sweep_if_stopped(stopped[0] if stopped else None)
     return returns
 
 

@@ -116,11 +116,13 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                 with member_lines(c.paths.output_dir):  # its resume lines go to its own train.log
                     out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
                 members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]))))
-            except UserError as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
-                outcomes[i] = e
+            except BaseException as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
                 logs.close(c.paths.output_dir)  # nothing of the group goes into another run's log
                 if out is not None:
                     out.close()
+                if not isinstance(e, UserError):
+                    raise
+                outcomes[i] = e
         if not members:
             return outcomes
         program = PopulationProgram(devices, train_chunk, eval_step, train_split, zero, len(members))
@@ -136,9 +138,11 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
         _train(program, run, [cfgs[i] for i, _ in members], [hypers[i] for i, _ in members], task, total_steps,
                eval_sets, model, t0, steps_per_call=1 if unroll else DEFAULT_STEPS_PER_CALL)  # as zoo.train chooses
     finally:
-        for _, m in members:
-            m.outputs.close()
-        logs.close_all()
+        try:
+            for _, m in members:
+                m.outputs.close()
+        finally:  # a failed close must not leave the members' log files attached to later jobs
+            logs.close_all()
     for i, m in members:
         outcomes[i] = m.error if m.error is not None else m.results
     return outcomes
@@ -178,7 +182,7 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
                                       (periodic, *eval_sets[periodic]), stop, steps_per_call)
     fit_seconds = time.perf_counter() - t_fit
     if stop:  # a member the signal stopped before its end was saved there; one already complete finishes
-        for m in (m for m in run if m.error is None and step < m.end):
+        for m in (m for m in run if m.error is None and m.outputs.start_step < m.end and step < m.end):
             try:
                 if m.outputs.ckpts:
                     m.outputs.ckpts.wait()

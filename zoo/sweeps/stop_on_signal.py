@@ -7,6 +7,7 @@ resumes every job from its own checkpoint.
 import contextlib
 import os
 import signal
+import socket
 import sys
 
 from hydra.experimental.callback import Callback
@@ -45,12 +46,16 @@ class EndSweepOnSignal(Callback):
     launcher runs in another process (submitit) returns its outcome to that one."""
 
     def __init__(self) -> None:
-        self.sweep_pid = None
+        self.sweep_process = None  # (host, pid) of the process that started the multirun
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        self.sweep_pid = os.getpid()
+        self.sweep_process = _this_process()
         preemption.forget()
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
-        if self.sweep_pid == os.getpid() and not _deferred:
+        if self.sweep_process == _this_process() and not _deferred:
             end_sweep_if_stopped(job_return)
+
+
+def _this_process() -> tuple:
+    return socket.gethostname(), os.getpid()  # a job on another host may have the sweep's pid
