@@ -216,3 +216,11 @@ def test_a_signal_during_the_last_call_lets_the_run_finish(make_cfg, monkeypatch
     results = train(cfg)
     assert results["steps"] == 20 and results["test"]["count"] == 359
     assert Checkpoints(cfg.paths.output_dir + "/checkpoints", read_only=True).steps() == [20]
+
+
+def test_preempted_survives_pickling_as_a_launcher_in_another_process_sends_it_back():
+    import pickle
+
+    stopped = pickle.loads(pickle.dumps(Preempted(37, signal.SIGTERM, "/runs/x")))
+    assert isinstance(stopped, Preempted) and stopped.exit_code == 143 and str(stopped) == str(
+        Preempted(37, signal.SIGTERM, "/runs/x"))

@@ -178,12 +178,15 @@ EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one
     ("x.csv", "", r"holds no examples; the model expects " + EXPECTED),
     ("x.txt", "1\n", r"must be a \.npy or \.csv file of shape " + EXPECTED),
     ("missing.npy", None, r"does not exist; pass a \.npy or \.csv file of shape " + EXPECTED),
+    ("folder.npy", "a directory", r"is not a file; pass a \.npy or \.csv file of shape " + EXPECTED),
 ], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "csv-columns", "csv-text", "csv-empty",
-        "extension", "missing"])
+        "extension", "missing", "directory"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
                                                                       name, content, message):
     path, output = tmp_path / name, tmp_path / "p.csv"
-    if isinstance(content, str):
+    if isinstance(content, str) and content == "a directory":
+        path.mkdir()
+    elif isinstance(content, str):
         path.write_text(content)
     elif content is not None:
         np.save(path, content, allow_pickle=True)
