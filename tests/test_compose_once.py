@@ -7,7 +7,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from conftest import CONF
-from zoo.sweeps.compose_once import KEPT, ComposeOnce, remember_compositions
+from zoo.sweeps.compose_once import KEPT, ComposeOnce, remember_compositions, reuse_defaults
 
 
 class CountingLoader:
@@ -64,3 +64,24 @@ def test_the_train_config_wraps_the_running_hydras_loader():
         assert cfg.hydra.callbacks.compose_once._target_ == "zoo.sweeps.compose_once.ComposeOnce"
         ComposeOnce().on_multirun_start(cfg)
         assert hydra.config_loader.composed is not None
+
+
+JOBS = [  # values only, then other choices of config groups, additions, deletions, dict values, hydra settings
+    ["seed=1", "optimizer.learning_rate=3e-3"], ["seed=2", "optimizer.learning_rate=1e-2"],
+    ["seed=2"], ["model=linear", "dataset=diabetes", "seed=3"], ["model=linear", "dataset=diabetes", "seed=4"],
+    ["optimizer=sgd", "~optimizer.nesterov", "seed=5"], ["optimizer=sgd", "optimizer.momentum=0.5"],
+    ["+optimizer.min_dim_size_to_factor=16", "seed=6"], ["model.hidden=[32,32]"], ["trainer={epochs: 2}"],
+    ["hydra.job.chdir=true", "seed=7"], ["seed=1", "optimizer.learning_rate=3e-3"], ["experiment=digits_cnn_cosine"],
+]
+
+
+def test_reused_defaults_compose_what_hydra_composes():
+    def compose(loader, job):
+        return OmegaConf.to_yaml(loader.load_configuration("train", job, RunMode.RUN))
+
+    fresh = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
+    expected = [compose(fresh, job) for job in JOBS]
+    reusing = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
+    reuse_defaults(reusing)
+    assert [compose(reusing, job) for job in JOBS] == expected
+    assert len(reusing.merged) == 5  # one per choice of config groups (hydra.* settings count as one)

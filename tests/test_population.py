@@ -2,13 +2,16 @@
 the population axis spreads over devices; members that would change shapes are refused."""
 import contextlib
 import json
+import os
 import pathlib
 import signal
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
-from conftest import SignalAtRead
+from conftest import SignalAtRead, subprocess_env
 
 from zoo.data import TrainStream
 from zoo.errors import UserError
@@ -162,13 +165,33 @@ def test_a_signal_during_the_last_call_lets_the_members_finish(make_cfg, monkeyp
 
 
 def test_sharded_population_equals_none(make_cfg):
-    one = train_population(configs(make_cfg, "none", "optimizer=sgd"))
+    one = train_population(configs(make_cfg, "none", "optimizer=sgd", "parallel.cpu_devices=1"))
     spread = train_population(configs(make_cfg, "sharded", "optimizer=sgd", "parallel.mode=sharded",
                                       "parallel.cpu_devices=2"))  # 3 members on 2 devices: one padding member
     for a, b in zip(one, spread):
         assert b["devices"] == 2
         assert a["test"]["accuracy"] == b["test"]["accuracy"]
         assert a["test"]["loss"] == pytest.approx(b["test"]["loss"], rel=1e-5)
+
+
+def test_on_cpu_members_spread_over_one_device_per_core(make_cfg, monkeypatch):
+    monkeypatch.setattr(population_train, "cpu_cores", lambda: 3)  # this test process has 8 CPU devices
+    spread = train_population(configs(make_cfg, "cores", "optimizer=sgd"))
+    assert [o["devices"] for o in spread] == [3, 3, 3]
+    one = train_population(configs(make_cfg, "one", "optimizer=sgd", "parallel.cpu_devices=1"))
+    for a, b in zip(one, spread):
+        assert a["devices"] == 1 and a["test"]["accuracy"] == b["test"]["accuracy"]
+        assert a["test"]["loss"] == pytest.approx(b["test"]["loss"], rel=1e-5)
+
+
+def test_a_population_launchers_process_gives_runs_one_cpu_device_as_usual(tmp_path):
+    code = ("import jax; from omegaconf import OmegaConf; from zoo.parallel import cpu_devices_for_populations, "
+            "select_devices; n = cpu_devices_for_populations(); "
+            "print(n, len(jax.local_devices()), len(select_devices(OmegaConf.create({'cpu_devices': None}))))")
+    out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(str(tmp_path)), capture_output=True,
+                         text=True, check=True).stdout.split()
+    cores = len(os.sched_getaffinity(0))
+    assert out == [str(cores), str(cores), "1"]
 
 
 def test_members_that_would_change_shapes_are_refused(make_cfg):

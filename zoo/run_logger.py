@@ -3,15 +3,21 @@ import json
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+import queue
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from tqdm import tqdm
 
 from zoo.curves import CurvesProcess, ProcessGone, plot_curves
 
 log = logging.getLogger("zoo")
-_plotter = None  # one thread handing a sweep's finished jobs' curves to the drawing process, one at a time
-_drawer = CurvesProcess()
+DRAWERS = 2  # figures drawn at once: a population's members all finish together
+_plotter = None  # threads handing a sweep's finished jobs' curves to the drawing processes
+_pending = set()  # what they are yet to draw
+_free = queue.LifoQueue()  # drawing children not drawing now, the one used last on top (None: draw in this one)
+for _ in range(DRAWERS):
+    _free.put(CurvesProcess())
 
 
 class TensorBoardWriter:
@@ -62,7 +68,7 @@ class RunLogger:
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
         self._plot = cfg.plot
         if self._plot:
-            _background().submit(_draw, "start", lambda: None)  # matplotlib loads in the child meanwhile
+            _background(_draw, "start", lambda: None)  # matplotlib loads in the child meanwhile
 
     @staticmethod
     def _open_jsonl(path: str, start_step: int, history: list):
@@ -134,29 +140,33 @@ class RunLogger:
             return
         path = os.path.join(self.out_dir, "curves.png")
         if self.plot_in_background:
-            _background().submit(_plot_or_warn, list(self.history), main_metric, path)
+            _background(_plot_or_warn, list(self.history), main_metric, path)
         else:  # a single run returns with its curves drawn
-            _background().submit(_draw, "draw", plot_curves, list(self.history), main_metric, path).result()
+            _background(_draw, "draw", plot_curves, list(self.history), main_metric, path).result()
 
 
-def _background() -> ThreadPoolExecutor:
+def _background(fn, *args) -> Future:
+    """Run fn(*args) on one of the drawing threads; each waits on a child process while it draws."""
     global _plotter
-    _plotter = _plotter or ThreadPoolExecutor(max_workers=1, thread_name_prefix="zoo-curves")
-    return _plotter
+    _plotter = _plotter or ThreadPoolExecutor(max_workers=DRAWERS, thread_name_prefix="zoo-curves")
+    future = _plotter.submit(fn, *args)
+    _pending.add(future)
+    future.add_done_callback(_pending.discard)
+    return future
 
 
 def wait_for_plots() -> None:
-    """Until the curves handed to the background thread are drawn (also done at interpreter exit). The thread
-    only waits on the child process (zoo.curves) that draws them, so it holds no GIL the next job needs."""
-    if _plotter is not None:
-        _plotter.submit(lambda: None).result()
+    """Until the curves handed to the background threads are drawn (also done at interpreter exit). The threads
+    only wait on the child processes (zoo.curves) that draw them, so they hold no GIL the next job needs."""
+    futures.wait(list(_pending))
 
 
 def draw_summary_plot(summary: dict, path: str) -> None:
-    """A sweep's summary.png, drawn after every curves.png handed over before it, by the same child process."""
+    """A sweep's summary.png, drawn after every curves.png handed over before it, by a drawing child."""
     from zoo.sweeps.plots import write_plot
 
-    _background().submit(_draw, "draw_summary", write_plot, summary, path).result()
+    wait_for_plots()
+    _background(_draw, "draw_summary", write_plot, summary, path).result()
 
 
 def _plot_or_warn(history: list, main_metric: str, path: str) -> None:
@@ -167,12 +177,15 @@ def _plot_or_warn(history: list, main_metric: str, path: str) -> None:
 
 
 def _draw(method: str, here, *args) -> None:
-    """The child's `method`, or `here` (the same drawing in this process) once the child is gone."""
-    global _drawer
-    if _drawer is not None:
-        try:
-            return getattr(_drawer, method)(*args)
-        except ProcessGone as e:  # no child process: draw in this one, for the rest of the sweep
-            log.warning("drawing curves in this process from now on: %s", e)
-            _drawer = None
-    here(*args)
+    """A free child's `method`, or `here` (the same drawing in this process) once that child is gone."""
+    drawer = _free.get()  # the one used last: a single run's child, started when the run started
+    try:
+        if drawer is not None:
+            try:
+                return getattr(drawer, method)(*args)
+            except ProcessGone as e:  # no child process: draw in this one, for the rest of the sweep
+                log.warning("drawing curves in this process from now on: %s", e)
+                drawer = None
+        here(*args)
+    finally:
+        _free.put(drawer)

@@ -29,8 +29,10 @@ class PopulationLauncher(Launcher):
         self.config = self.task_function = self.hydra_context = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
+        from zoo.parallel import cpu_devices_for_populations
         from zoo.sweeps.compose_once import remember_compositions
 
+        cpu_devices_for_populations()  # before any JAX work: members spread over the cores (on CPU)
         self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
         remember_compositions(hydra_context.config_loader)
 

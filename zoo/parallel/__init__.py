@@ -1,4 +1,5 @@
 """Parallel modes choose how the same step is compiled and where batches go; nothing else changes."""
+import os
 import warnings
 
 import jax
@@ -8,6 +9,29 @@ from zoo.parallel.distributed import init_distributed
 from zoo.parallel.pmap import PmapMode
 from zoo.parallel.sharded import ShardedMode
 from zoo.parallel.single import SingleDevice
+
+
+_cpu_devices_for_populations = None  # set in a population launcher's process: see cpu_devices_for_populations
+
+
+def cpu_devices_for_populations() -> int | None:
+    """Start this process's JAX with one CPU device per core, for populations to spread their members over
+    (hydra/launcher=population calls it before any JAX work). Runs with parallel.cpu_devices=null still get
+    the one CPU device they get in any other process. Returns the device count set, or None if JAX had
+    started already (or XLA_FLAGS sets the count): then the devices it has decide."""
+    global _cpu_devices_for_populations
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return None
+    try:
+        jax.config.update("jax_num_cpu_devices", cpu_cores())
+    except RuntimeError:
+        return None
+    _cpu_devices_for_populations = cpu_cores()
+    return _cpu_devices_for_populations
+
+
+def cpu_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def select_devices(cfg, distributed=None) -> list:
@@ -26,6 +50,8 @@ def select_devices(cfg, distributed=None) -> list:
     if jax.process_count() > 1:
         return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))  # contiguous per process
     if n is None:
+        if _cpu_devices_for_populations and jax.default_backend() == "cpu":
+            return jax.local_devices()[:1]  # the extra devices are the populations'; a run sees one as elsewhere
         return jax.local_devices()
     if jax.default_backend() != "cpu":
         warnings.warn(f"parallel.cpu_devices={n} is ignored on {jax.default_backend()}; using all local devices.")

@@ -3,7 +3,8 @@
 The members' states, metric sums and hyperparameters are stacked on a leading population axis. The train
 split lives on the device(s) once; each call receives only the members' batch indices (N, K, B) and masks
 and gathers there, so the batches are exactly those of each member's solo run. With several devices the
-population axis is sharded across them (parallel=sharded): each device trains its share of the members.
+population axis is sharded across them (parallel=sharded, or on CPU one device per core: see
+zoo.population.train.member_devices): each device trains its share of the members.
 """
 import jax
 import numpy as np
