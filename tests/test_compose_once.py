@@ -1,4 +1,8 @@
-"""A sweep composes each job once: the composition its sweeper validated is the one its launcher runs."""
+"""A sweep composes each job once: the composition its sweeper validated is the one its launcher runs; jobs
+that choose the same config groups share the defaults tree and merged files, and compose what Hydra composes."""
+import os
+import shutil
+
 from hydra import initialize_config_dir
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.utils import create_config_search_path
@@ -70,18 +74,42 @@ JOBS = [  # values only, then other choices of config groups, additions, deletio
     ["seed=1", "optimizer.learning_rate=3e-3"], ["seed=2", "optimizer.learning_rate=1e-2"],
     ["seed=2"], ["model=linear", "dataset=diabetes", "seed=3"], ["model=linear", "dataset=diabetes", "seed=4"],
     ["optimizer=sgd", "~optimizer.nesterov", "seed=5"], ["optimizer=sgd", "optimizer.momentum=0.5"],
-    ["+optimizer.min_dim_size_to_factor=16", "seed=6"], ["model.hidden=[32,32]"], ["trainer={epochs: 2}"],
-    ["hydra.job.chdir=true", "seed=7"], ["seed=1", "optimizer.learning_rate=3e-3"], ["experiment=digits_cnn_cosine"],
+    ["+optimizer.min_dim_size_to_factor=16", "seed=6"], ["++seed=8"], ["model.hidden=[32,32]"],
+    ["trainer={epochs: 2}"], ["hydra.job.chdir=true", "seed=7"], ["seed=1", "optimizer.learning_rate=3e-3"],
+    ["experiment=digits_cnn_cosine"], ["~recipe", "model=linear", "dataset=diabetes"], ["hydra/launcher=basic"],
+    ["hydra/job_logging=disabled", "seed=9"],
 ]
 
 
-def test_reused_defaults_compose_what_hydra_composes():
-    def compose(loader, job):
-        return OmegaConf.to_yaml(loader.load_configuration("train", job, RunMode.RUN))
+def sweep_loader(conf=CONF):
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(conf)))
+    return loader, loader.load_configuration("train", ["seed=0,1"], RunMode.MULTIRUN)
 
-    fresh = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
-    expected = [compose(fresh, job) for job in JOBS]
-    reusing = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
+
+def test_reused_defaults_compose_what_hydra_composes():
+    fresh, master = sweep_loader()
+    expected = [OmegaConf.to_yaml(fresh.load_sweep_config(master, job)) for job in JOBS]
+    reusing, master = sweep_loader()
     reuse_defaults(reusing)
-    assert [compose(reusing, job) for job in JOBS] == expected
-    assert len(reusing.merged) == 5  # one per choice of config groups (hydra.* settings count as one)
+    assert [OmegaConf.to_yaml(reusing.load_sweep_config(master, job)) for job in JOBS] == expected
+    assert len(reusing.merged) == 8  # one per choice of config groups (hydra.* settings count as one)
+
+
+def test_a_config_file_edited_during_a_sweep_is_read_again(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    loader, master = sweep_loader(conf)
+    reuse_defaults(loader)
+    assert loader.load_sweep_config(master, ["seed=1"]).trainer.epochs == 30
+    (conf / "trainer" / "default.yaml").write_text((conf / "trainer" / "default.yaml").read_text().replace(
+        "epochs: 30", "epochs: 7"))
+    os.utime(conf / "trainer" / "default.yaml", ns=(1, 1))  # a new mtime even where the clock is coarse
+    assert loader.load_sweep_config(master, ["seed=2"]).trainer.epochs == 7
+
+
+def test_compositions_outside_a_sweeps_jobs_are_hydras_own():
+    loader, _ = sweep_loader()
+    reuse_defaults(loader)
+    first, second = (loader.load_configuration("train", ["seed=1"], RunMode.RUN) for _ in range(2))
+    assert not loader.kept_defaults and not loader.merged
+    assert OmegaConf.to_yaml(first) == OmegaConf.to_yaml(second)

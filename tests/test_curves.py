@@ -1,6 +1,5 @@
 """curves.png of a sweep's jobs: drawn by a child process, the same figure as drawn in the run's own process."""
 import logging
-import queue
 import time
 
 import matplotlib.image
@@ -12,12 +11,6 @@ from zoo import curves, run_logger
 
 HISTORY = [{"step": s, "split": "train", "loss": 1.0 / s, "accuracy": 1 - 0.5 / s} for s in (10, 20, 30)] + \
           [{"step": 30, "split": "test", "loss": 0.2, "accuracy": 0.9, "count": 100}]
-
-
-def only(drawer):
-    free = queue.LifoQueue()
-    free.put(drawer)
-    return free
 
 
 @pytest.fixture
@@ -55,7 +48,7 @@ def test_a_drawing_error_is_reported_by_the_child(drawer, tmp_path):
 
 
 def test_background_curves_go_to_the_child(tmp_path, monkeypatch, drawer):
-    monkeypatch.setattr(run_logger, "_free", only(drawer))
+    monkeypatch.setattr(run_logger, "_free", run_logger.DrawerPool([drawer]))
     cfg = OmegaConf.create({"tensorboard": False, "progress": False, "plot": True})
     logger = run_logger.RunLogger(str(tmp_path), cfg, 30, plot_in_background=True)
     for record in HISTORY:
@@ -68,11 +61,11 @@ def test_background_curves_go_to_the_child(tmp_path, monkeypatch, drawer):
 
 def test_without_a_child_the_curves_are_drawn_here_with_a_warning(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(curves.sys, "executable", str(tmp_path / "no-python"))
-    monkeypatch.setattr(run_logger, "_free", only(curves.CurvesProcess()))
+    monkeypatch.setattr(run_logger, "_free", run_logger.DrawerPool([curves.CurvesProcess()]))
     with caplog.at_level(logging.WARNING, logger="zoo"):
         run_logger._plot_or_warn(HISTORY, "accuracy", str(tmp_path / "curves.png"))
     assert (tmp_path / "curves.png").exists()
-    assert run_logger._free.get_nowait() is None  # the rest of the sweep draws here too
+    assert run_logger._free.take() is None  # the rest of the sweep draws here too
     assert "drawing curves in this process from now on" in caplog.text
 
 
@@ -82,7 +75,7 @@ def test_the_sweep_summary_plot_is_drawn_by_the_child_as_here(tmp_path, monkeypa
     rows = [{"job": str(i), "status": "completed", "objective": 0.9 + i / 100, "params": {"lr": 10.0 ** -i}}
             for i in range(1, 4)]
     summary = {"objective": "test/accuracy", "direction": "maximize", "rows": rows, "params": ["lr"]}
-    monkeypatch.setattr(run_logger, "_free", only(drawer))
+    monkeypatch.setattr(run_logger, "_free", run_logger.DrawerPool([drawer]))
     run_logger.draw_summary_plot(summary, str(tmp_path / "child.png"))
     assert drawer._proc is not None  # drawn by the child, not here
     plots.write_plot(summary, str(tmp_path / "here.png"))
@@ -91,7 +84,7 @@ def test_the_sweep_summary_plot_is_drawn_by_the_child_as_here(tmp_path, monkeypa
 
 
 def test_a_single_run_starts_the_child_early_and_returns_with_its_curves(tmp_path, monkeypatch, drawer):
-    monkeypatch.setattr(run_logger, "_free", only(drawer))
+    monkeypatch.setattr(run_logger, "_free", run_logger.DrawerPool([drawer]))
     cfg = OmegaConf.create({"tensorboard": False, "progress": False, "plot": True})
     logger = run_logger.RunLogger(str(tmp_path), cfg, 30)
     run_logger.wait_for_plots()
@@ -122,13 +115,19 @@ class SlowDrawer:
 
 def test_figures_finishing_together_are_drawn_at_once_and_the_summary_after_them(monkeypatch):
     spans = []
-    free = queue.LifoQueue()
-    for _ in range(run_logger.DRAWERS):
-        free.put(SlowDrawer(spans))
-    monkeypatch.setattr(run_logger, "_free", free)
+    monkeypatch.setattr(run_logger, "_free", run_logger.DrawerPool([SlowDrawer(spans)
+                                                                    for _ in range(run_logger.DRAWERS)]))
     for i in range(2):  # a population's members finish together
         run_logger._background(run_logger._plot_or_warn, HISTORY, "accuracy", f"curves{i}.png")
     run_logger.draw_summary_plot({}, "summary.png")
     (_, a0, a1), (_, b0, b1), summary = sorted(spans, key=lambda s: s[0] == "summary")
     assert max(a0, b0) < min(a1, b1)  # the two curves overlapped
     assert summary[0] == "summary" and summary[1] >= max(a1, b1)
+
+
+def test_a_lost_child_leaves_the_figures_to_the_one_still_drawing(monkeypatch):
+    spans = []
+    monkeypatch.setattr(run_logger, "_free", run_logger.DrawerPool([SlowDrawer(spans), None]))  # None: lost
+    for i in range(3):
+        run_logger._draw("draw", lambda *a: spans.append(("here",)), HISTORY, "accuracy", f"curves{i}.png")
+    assert [s[0] for s in spans] == ["curves"] * 3

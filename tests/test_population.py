@@ -4,9 +4,11 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
+import types
 
 import jax
 import numpy as np
@@ -14,10 +16,12 @@ import pytest
 from conftest import SignalAtRead, subprocess_env
 
 from zoo.data import TrainStream
+from zoo.data.feed import fold_mask
 from zoo.errors import UserError
 from zoo.loop import NonFiniteLoss
 import zoo.population.train as population_train
 from zoo.population.grouping import group_indices
+from zoo.population.program import PopulationProgram
 from zoo.population.train import member_hyperparameters, train_population
 from zoo.preemption import Preempted
 from zoo.train import train
@@ -182,6 +186,35 @@ def test_on_cpu_members_spread_over_one_device_per_core(make_cfg, monkeypatch):
     for a, b in zip(one, spread):
         assert a["devices"] == 1 and a["test"]["accuracy"] == b["test"]["accuracy"]
         assert a["test"]["loss"] == pytest.approx(b["test"]["loss"], rel=1e-5)
+
+
+def test_members_take_as_many_cpu_devices_as_they_fill_evenly_and_can_hold_the_data(make_cfg, monkeypatch):
+    monkeypatch.setattr(population_train, "cpu_cores", lambda: 8)
+    split = types.SimpleNamespace(x=np.zeros((100, 10), np.float32), y=np.zeros(100, np.int32))  # 4,400 bytes
+
+    def count(members, *overrides):
+        return len(population_train.member_devices(make_cfg(*SMALL, *overrides), ["cpu:0", "cpu:1"], members, split))
+
+    assert [count(n) for n in (1, 2, 3, 16, 17)] == [1, 2, 3, 8, 6]  # 17 on 6 devices: one padding row, not 7
+    assert count(16, "parallel.device_data_mb=0.01") == 2  # 10 kB of the host's memory: two copies of the split
+    assert count(16, "parallel.cpu_devices=2") == 1  # parallel=none with its devices set: one, as before
+
+
+def test_members_spread_over_cpu_devices_need_no_collectives(make_cfg, monkeypatch):
+    """A program with collectives over several CPU devices must run one call at a time (zoo.parallel.
+    cpu_collectives); a population's members are independent, so its calls may overlap the host's work."""
+    texts, original = [], PopulationProgram.train_chunk
+
+    def compile_first(self, states, accs, idx, mask, hyper):
+        if not texts:  # before the call donates the states
+            lowered = self._train.lower(states, accs, {"idx": fold_mask(idx, mask)}, self.rows, hyper)
+            texts.append(lowered.compile().as_text())
+        return original(self, states, accs, idx, mask, hyper)
+
+    monkeypatch.setattr(PopulationProgram, "train_chunk", compile_first)
+    train_population(configs(make_cfg, "hlo", "optimizer=sgd", "parallel.mode=sharded", "parallel.cpu_devices=2"))
+    assert "num_partitions=2" in texts[0]
+    assert not re.search(r"all-reduce|all-gather|collective-permute|all-to-all|reduce-scatter", texts[0])
 
 
 def test_a_population_launchers_process_gives_runs_one_cpu_device_as_usual(tmp_path):

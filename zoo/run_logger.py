@@ -3,7 +3,7 @@ import json
 import logging
 import os
 import time
-import queue
+import threading
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -15,9 +15,31 @@ log = logging.getLogger("zoo")
 DRAWERS = 2  # figures drawn at once: a population's members all finish together
 _plotter = None  # threads handing a sweep's finished jobs' curves to the drawing processes
 _pending = set()  # what they are yet to draw
-_free = queue.LifoQueue()  # drawing children not drawing now, the one used last on top (None: draw in this one)
-for _ in range(DRAWERS):
-    _free.put(CurvesProcess())
+
+
+class DrawerPool:
+    """Drawing children not drawing now. `take` blocks until one is free and prefers the one given back last (a
+    single run's child, started when the run started) among those still usable; None, a child that could not
+    be started or was lost, is taken only when no usable one is left: then figures are drawn in this process."""
+
+    def __init__(self, drawers: list):
+        self._free, self._changed = list(drawers), threading.Condition()
+
+    def take(self):
+        with self._changed:
+            self._changed.wait_for(lambda: self._free)
+            usable = [d for d in self._free if d is not None]
+            drawer = usable[-1] if usable else None
+            self._free.remove(drawer)
+            return drawer
+
+    def give_back(self, drawer) -> None:
+        with self._changed:
+            self._free.append(drawer)
+            self._changed.notify()
+
+
+_free = DrawerPool([CurvesProcess() for _ in range(DRAWERS)])
 
 
 class TensorBoardWriter:
@@ -178,7 +200,8 @@ def _plot_or_warn(history: list, main_metric: str, path: str) -> None:
 
 def _draw(method: str, here, *args) -> None:
     """A free child's `method`, or `here` (the same drawing in this process) once that child is gone."""
-    drawer = _free.get()  # the one used last: a single run's child, started when the run started
+    pool = _free  # the pool it came from gets it back, even if a test swaps the pool meanwhile
+    drawer = pool.take()
     try:
         if drawer is not None:
             try:
@@ -188,4 +211,4 @@ def _draw(method: str, here, *args) -> None:
                 drawer = None
         here(*args)
     finally:
-        _free.put(drawer)
+        pool.give_back(drawer)

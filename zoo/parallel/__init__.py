@@ -18,10 +18,12 @@ def cpu_devices_for_populations() -> int | None:
     """Start this process's JAX with one CPU device per core, for populations to spread their members over
     (hydra/launcher=population calls it before any JAX work). Runs with parallel.cpu_devices=null still get
     the one CPU device they get in any other process. Returns the device count set, or None if JAX had
-    started already (or XLA_FLAGS sets the count): then the devices it has decide."""
+    started already, or the count was chosen (XLA_FLAGS, JAX_NUM_CPU_DEVICES, jax_num_cpu_devices): then the
+    devices it has decide."""
     global _cpu_devices_for_populations
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-        return None
+    if ("xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+            or jax.config.jax_num_cpu_devices >= 0):
+        return None  # the user (or a test harness) chose the count
     try:
         jax.config.update("jax_num_cpu_devices", cpu_cores())
     except RuntimeError:

@@ -15,7 +15,7 @@ from flax import nnx
 
 from zoo.config import validate
 from zoo.data import TrainStream, eval_batches
-from zoo.data.feed import fits_on_device
+from zoo.data.feed import MB, fits_on_device
 from zoo.ema import evaluating_averaged
 from zoo.errors import UserError
 from zoo.loop import DEFAULT_STEPS_PER_CALL, total_steps_for
@@ -79,7 +79,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     check_one_group(cfgs)
     cfg = cfgs[0]
     check_population_settings(cfg)
-    devices = member_devices(cfg)
+    devices = select_devices(cfg.parallel, cfg.distributed)
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
     data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
     task, train_split = TASKS[data.task], data.splits["train"]
@@ -89,6 +89,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                         f"{cfg.dataset.name}'s ({size_mb:.0f} MB) exceeds parallel.device_data_mb="
                         f"{cfg.parallel.device_data_mb}; raise that limit or use hydra/launcher=basic, which "
                         "streams it from the host.")
+    devices = member_devices(cfg, devices, len(cfgs), train_split)
     streams = [TrainStream(train_split, cfg.trainer.batch_size, c.seed) for c in cfgs]
     total_steps = total_steps_for(cfg.trainer, streams[0].steps_per_epoch)
     check_run_length(cfg, total_steps)
@@ -147,14 +148,17 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     return outcomes
 
 
-def member_devices(cfg) -> list:
-    """The devices the population axis is spread over: parallel=sharded's devices, or one device with
-    parallel=none; but on CPU, without parallel.cpu_devices, up to one CPU device per core, whatever the mode.
-    XLA:CPU runs one program's small batched matmuls on about one core: 16 digits MLPs trained ~1.4x faster
-    as two devices' halves than as one program (docs/benchmarks.md, Populations)."""
-    devices = select_devices(cfg.parallel, cfg.distributed)
+def member_devices(cfg, devices: list, members: int, train_split) -> list:
+    """The devices the population axis is spread over: parallel=sharded's devices, or one with parallel=none.
+    On CPU without parallel.cpu_devices, whatever the mode: up to one CPU device per core, as few as give each
+    the same number of members (no padding where it can be helped), and only as many as can each hold a copy
+    of the train split within parallel.device_data_mb (CPU devices share the host's memory). XLA:CPU runs one
+    program's small batched matmuls on about one core: 16 digits MLPs trained ~1.4x faster as two devices'
+    halves than as one program (docs/benchmarks.md, Populations)."""
     if jax.default_backend() == "cpu" and cfg.parallel.cpu_devices is None and jax.process_count() == 1:
-        return jax.local_devices(backend="cpu")[:cpu_cores()]
+        copies = int(cfg.parallel.device_data_mb * MB // max(train_split.x.nbytes + train_split.y.nbytes, 1))
+        most = max(1, min(cpu_cores(), members, copies, len(jax.local_devices(backend="cpu"))))
+        return jax.local_devices(backend="cpu")[:-(-members // -(-members // most))]
     return devices if cfg.parallel.mode == "sharded" else devices[:1]
 
 

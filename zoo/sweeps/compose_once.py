@@ -10,8 +10,10 @@ files it lists. Both depend only on the config groups chosen, which a sweep over
 seeds) shares across its jobs, so they are built once per choice of groups and reused (`reuse_defaults`);
 Hydra then applies each job's value overrides to a copy, as it always does.
 """
+import contextvars
 import copy
 import dataclasses
+import os
 
 from hydra._internal import config_loader_impl
 from hydra._internal.defaults_list import Overrides
@@ -21,18 +23,28 @@ from hydra.experimental.callback import Callback
 KEPT = 256  # compositions remembered at most: a larger batch composes its overflow again, as before
 
 
-TREES = 8  # choices of config groups whose defaults tree and merged files are kept
+TREES = 8  # choices of config groups whose defaults tree and merged files a loader keeps
+_kept = contextvars.ContextVar("zoo_kept_defaults", default=None)  # the loader's, while it composes a job
 
 
 def reuse_defaults(config_loader) -> None:
-    """Keep the defaults lists Hydra builds (by config name and the overrides that choose config groups) and the
-    config each composes before the job's value overrides; later jobs with the same choices get copies."""
+    """While `config_loader.load_sweep_config` composes a job, keep the defaults lists Hydra builds (by config
+    name, search path, the overrides that choose config groups, and the config files' sizes and modification
+    times) and the config each composes before the job's value overrides; later jobs with the same key get
+    copies. Any other composition in the process is Hydra's own."""
     if not getattr(config_loader_impl.create_defaults_list, "zoo_reuse", False):
         config_loader_impl.create_defaults_list = _reusing_defaults_lists(config_loader_impl.create_defaults_list)
     merge = getattr(config_loader, "_compose_config_from_defaults_list", None)
-    if merge is None or getattr(config_loader, "merged", None) is not None:
+    if merge is None or getattr(config_loader, "kept_defaults", None) is not None:
         return  # not Hydra's loader, or wrapped already
-    merged = {}
+    load, trees, merged = config_loader.load_sweep_config, {}, {}
+
+    def load_sweep_config(master_config, sweep_overrides):
+        token = _kept.set(trees)
+        try:
+            return load(master_config, sweep_overrides)
+        finally:
+            _kept.reset(token)
 
     def compose_from_defaults(defaults, repo):
         kept = merged.get(id(defaults))
@@ -45,6 +57,7 @@ def reuse_defaults(config_loader) -> None:
             return cfg
         return copy.deepcopy(kept[1])
 
+    config_loader.load_sweep_config, config_loader.kept_defaults = load_sweep_config, trees
     config_loader._compose_config_from_defaults_list, config_loader.merged = compose_from_defaults, merged
 
 
@@ -53,14 +66,17 @@ class _KeptDefaults(list):
 
 
 def _reusing_defaults_lists(create):
-    trees = {}
-
     def create_defaults_list(repo, config_name, overrides_list, prepend_hydra, skip_missing):
+        trees = _kept.get()
+        if trees is None:  # not a sweep's job being composed by a loader that keeps them
+            return create(repo, config_name, overrides_list, prepend_hydra, skip_missing)
         try:  # Hydra's own split of the overrides: values (applied after composition) and the rest
             values = {id(o) for o in Overrides(repo=repo, overrides_list=overrides_list).config_overrides}
         except Exception:  # noqa: BLE001 — the real call below raises what the user must see
             return create(repo, config_name, overrides_list, prepend_hydra, skip_missing)
-        key = (config_name, prepend_hydra, skip_missing, tuple((s.provider, s.path) for s in repo.get_sources()),
+        sources = repo.get_sources()
+        key = (config_name, prepend_hydra, skip_missing, tuple((s.provider, s.path) for s in sources),
+               _files(s.path for s in sources if s.scheme() == "file"),
                tuple(o.input_line for o in overrides_list if id(o) not in values or o.key_or_group.startswith("hydra.")))
         kept = trees.get(key)
         if kept is None:
@@ -73,6 +89,21 @@ def _reusing_defaults_lists(create):
 
     create_defaults_list.zoo_reuse = True
     return create_defaults_list
+
+
+def _files(roots) -> tuple:
+    """(path, size, mtime) of every file under the config directories: an edited file is a new key."""
+    found = []
+    for root in roots:
+        for dirpath, _, names in os.walk(root):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                found.append((path, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(found))
 
 
 def remember_compositions(config_loader) -> None:
