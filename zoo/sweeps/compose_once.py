@@ -40,11 +40,7 @@ def reuse_defaults(config_loader) -> None:
     load, trees, merged = config_loader.load_sweep_config, {}, {}
 
     def load_sweep_config(master_config, sweep_overrides):
-        token = _kept.set(trees)
-        try:
-            return load(master_config, sweep_overrides)
-        finally:
-            _kept.reset(token)
+        return _keeping(trees, load, master_config, sweep_overrides)
 
     def compose_from_defaults(defaults, repo):
         kept = merged.get(id(defaults))
@@ -59,6 +55,16 @@ def reuse_defaults(config_loader) -> None:
 
     config_loader.load_sweep_config, config_loader.kept_defaults = load_sweep_config, trees
     config_loader._compose_config_from_defaults_list, config_loader.merged = compose_from_defaults, merged
+
+
+def _keeping(trees: dict, load, master_config, sweep_overrides):
+    """load(...) with `trees` as the kept defaults lists. A module function, so that a launcher that pickles the
+    loader (submitit) does not have to pickle the context variable."""
+    token = _kept.set(trees)
+    try:
+        return load(master_config, sweep_overrides)
+    finally:
+        _kept.reset(token)
 
 
 class _KeptDefaults(list):
