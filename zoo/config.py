@@ -175,12 +175,12 @@ def _require(ok: bool, message: str) -> None:
         raise UserError(message)
 
 
-def _number(value) -> bool:
+def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _positive_number(value) -> bool:
-    return _number(value) and value > 0
+    return is_number(value) and value > 0
 
 
 def _check_known_keys(cfg: DictConfig) -> None:
@@ -221,7 +221,7 @@ def validate(cfg: DictConfig) -> None:
     _require(_positive_number(lr), f"optimizer.learning_rate must be a positive number, got {lr!r}.")
     for key, low, high in (("weight_decay", 0.0, None), ("momentum", 0.0, 1.0)):  # optax accepts any float
         value = cfg.optimizer.get(key)
-        _require(value is None or (_number(value) and low <= value and (high is None or value < high)),
+        _require(value is None or (is_number(value) and low <= value and (high is None or value < high)),
                  f"optimizer.{key} must be {'in [0, 1)' if high else '>= 0'}, got {value!r}.")
     warmup = (cfg.schedule or {}).get("warmup_steps")
     _require(warmup is None or (isinstance(warmup, int) and warmup >= 0),

@@ -9,6 +9,7 @@ import inspect
 import jax
 import optax
 
+from zoo.config import is_number
 from zoo.ema import params_ema
 from zoo.errors import UserError
 from zoo.targets import safe_instantiate
@@ -64,10 +65,6 @@ def learning_rate_at(cfg, total_steps: int):
     return at
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _integer_parameters(optimizer_cfg) -> set:
     """The optimizer factory's parameters with an int default (a factored dimension, a step count): they may
     decide shapes or Python branches, so they cannot be traced values."""
@@ -84,8 +81,8 @@ def hyperparameters(cfg) -> dict:
     integer ones, and the model's dropout rate ({"optimizer": {name: value}, "dropout": rate})."""
     integers = _integer_parameters(cfg.optimizer)
     hyper = {"optimizer": {k: float(v) for k, v in cfg.optimizer.items()
-                           if k != "_target_" and k not in integers and _is_number(v)}}
-    if _is_number(cfg.model.get("dropout")):
+                           if k != "_target_" and k not in integers and is_number(v)}}
+    if is_number(cfg.model.get("dropout")):
         hyper["dropout"] = float(cfg.model.dropout)
     return hyper
 

@@ -16,9 +16,14 @@ def fold_mask(idx: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask > 0, idx, -1).astype(np.int32)
 
 
+def split_bytes(split) -> int:
+    """Bytes of one copy of the split's inputs and targets."""
+    return split.x.nbytes + split.y.nbytes
+
+
 def fits_on_device(split, limit_mb: float) -> bool:
-    """Whether one copy of the split's inputs and targets is within the per-device limit."""
-    return split.x.nbytes + split.y.nbytes <= limit_mb * MB
+    """Whether one copy of the split is within the per-device limit."""
+    return split_bytes(split) <= limit_mb * MB
 
 
 class TrainFeed:

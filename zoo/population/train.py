@@ -15,7 +15,7 @@ from flax import nnx
 
 from zoo.config import validate
 from zoo.data import TrainStream, eval_batches
-from zoo.data.feed import MB, fits_on_device
+from zoo.data.feed import MB, fits_on_device, split_bytes
 from zoo.ema import evaluating_averaged
 from zoo.errors import UserError
 from zoo.loop import DEFAULT_STEPS_PER_CALL, total_steps_for
@@ -84,7 +84,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
     task, train_split = TASKS[data.task], data.splits["train"]
     if not fits_on_device(train_split, cfg.parallel.device_data_mb):
-        size_mb = (train_split.x.nbytes + train_split.y.nbytes) / 2 ** 20
+        size_mb = split_bytes(train_split) / MB
         raise UserError(f"hydra/launcher=population keeps the train split on the device, and dataset="
                         f"{cfg.dataset.name}'s ({size_mb:.0f} MB) exceeds parallel.device_data_mb="
                         f"{cfg.parallel.device_data_mb}; raise that limit or use hydra/launcher=basic, which "
@@ -156,9 +156,11 @@ def member_devices(cfg, devices: list, members: int, train_split) -> list:
     program's small batched matmuls on about one core: 16 digits MLPs trained ~1.4x faster as two devices'
     halves than as one program (docs/benchmarks.md, Populations)."""
     if jax.default_backend() == "cpu" and cfg.parallel.cpu_devices is None and jax.process_count() == 1:
-        copies = int(cfg.parallel.device_data_mb * MB // max(train_split.x.nbytes + train_split.y.nbytes, 1))
-        most = max(1, min(cpu_cores(), members, copies, len(jax.local_devices(backend="cpu"))))
-        return jax.local_devices(backend="cpu")[:-(-members // -(-members // most))]
+        cpus = jax.local_devices(backend="cpu")
+        copies = int(cfg.parallel.device_data_mb * MB // max(split_bytes(train_split), 1))
+        most = max(1, min(cpu_cores(), members, copies, len(cpus)))
+        per_device = -(-members // most)  # members each device trains, rounded up
+        return cpus[:-(-members // per_device)]  # as few devices as hold them at that many each
     return devices if cfg.parallel.mode == "sharded" else devices[:1]
 
 
