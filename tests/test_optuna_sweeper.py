@@ -2,7 +2,8 @@
 
 Contracts: `n_jobs` trials go to the launcher in one call; a grid covers exactly the basic sweeper's grid and
 finds the same best; a seeded sampler repeats itself; failures are recorded with their reason and the study
-goes on; a stored study continues with `n_trials` new trials; bad settings are one sentence.
+goes on; a stored study continues with `n_trials` new trials, after the trials a stopped sweep left running;
+bad settings are one sentence.
 """
 import optuna
 import pytest
@@ -127,6 +128,47 @@ def test_a_stored_study_continues_with_n_trials_new_trials(tmp_path):
     assert [t.number for t in study.trials] == list(range(6))
     assert [first for first, _ in launcher.calls] == [3, 4, 5]  # new jobs, not the first run's directories
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+
+
+class StoppedLauncher(RecordingLauncher):
+    """Runs a batch's first job, then ends the sweep the way a stop signal does (the callback's sys.exit)."""
+
+    def launch(self, job_overrides, initial_job_idx):
+        self.asked = [list(o[:-1]) for o in job_overrides]
+        super().launch(job_overrides[:1], initial_job_idx)
+        raise SystemExit(143)
+
+
+def save_job_dir(sweep_dir, name: str, trial_number: int, study_name: str) -> None:
+    """The .hydra/ files run_job writes for a sweep's job, as far as finding a trial's directory reads them."""
+    hydra_dir = sweep_dir / name / ".hydra"
+    hydra_dir.mkdir(parents=True)
+    hydra = {"job": {"env_set": {trial_link.TRIAL_KEY: trial_number}}, "sweeper": {"study_name": study_name}}
+    OmegaConf.save(OmegaConf.create({"hydra": hydra}), hydra_dir / "hydra.yaml")
+    OmegaConf.save(OmegaConf.create([]), hydra_dir / "overrides.yaml")
+
+
+def test_trials_a_stopped_sweep_left_running_run_first_in_their_own_job_directories(tmp_path):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    stopped = StoppedLauncher()
+    with pytest.raises(SystemExit):
+        make_sweep(tmp_path, stopped, storage=storage, n_trials=4, n_jobs=3).sweep([])
+    asked = stopped.asked  # three trials asked; the first one's job ran
+    job_dir = "2026-12-01_12-00-00_lr=1e-3,0"  # characters an override must escape
+    save_job_dir(tmp_path, job_dir, 0, "test")
+    save_job_dir(tmp_path, "other_1", 1, "another_study")  # trial 1 never started; this is not it
+    launcher = RecordingLauncher()
+    make_sweep(tmp_path, launcher, storage=storage, n_trials=2, n_jobs=2).sweep([])
+    assert [(idx, len(batch)) for idx, batch in launcher.calls] == [(0, 2), (2, 1), (3, 2)]
+    (first, second), (third,) = launcher.calls[0][1], launcher.calls[1][1]
+    assert first[:-2] == asked[0] and second[:-1] == asked[1] and third[:-1] == asked[2]
+    subdir = OverridesParser.create().parse_overrides([first[-2]])[0]
+    assert (subdir.key_or_group, subdir.value()) == ("hydra.sweep.subdir", job_dir)
+    study = optuna.load_study(study_name="test", storage=storage)
+    assert [t.number for t in study.trials] == list(range(5))
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    for t, overrides in zip(study.trials, asked):
+        assert t.value == score(dict(o.split("=", 1) for o in overrides))
 
 
 @pytest.mark.parametrize("settings, message", [

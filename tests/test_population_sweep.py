@@ -5,6 +5,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -136,6 +137,44 @@ def test_sigterm_saves_every_member_and_the_same_command_resumes(data_dir, make_
         assert results["start_step"] == stopped[0] and results["steps"] == 3000
         assert results["population"]["members"] == 2
         assert final_states(sweep / job, cfg) == final_states(cfg.paths.output_dir, cfg)  # bitwise
+
+
+def test_sigterm_in_an_optuna_sweep_and_the_same_command_continues_its_trials(data_dir, tmp_path):
+    import signal
+
+    import optuna
+
+    from test_cli import TINY, start, wait_for_lines
+    from zoo.checkpoint import Checkpoints
+
+    sweep = tmp_path / "sweep"
+    args = ["-m", *TINY, "trainer.max_steps=3000", "trainer.log_every=1", "trainer.checkpoint_every=1000",
+            "hydra/launcher=population", "hydra/sweeper=zoo_optuna", "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=2", "hydra.sweeper.study_name=stop", f"hydra.sweeper.storage=sqlite:///{sweep}/optuna.db",
+            "hydra.sweeper.params={optimizer.learning_rate:'tag(log, interval(1e-4, 1e-2))'}",
+            f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${now:%H-%M-%S-%f}_${hydra.job.num}"]  # as the presets
+    proc = start(args, data_dir)
+    while not list(sweep.glob("*_0/metrics.jsonl")):  # its directory's name has the time it started
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    wait_for_lines(next(sweep.glob("*_0/metrics.jsonl")), 30, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    job_dirs = [next(sweep.glob(f"*_{n}")) for n in (0, 1)]
+    stopped = [Checkpoints(str(d / "checkpoints"), read_only=True).steps()[-1] for d in job_dirs]
+    assert stopped[0] == stopped[1] < 3000
+    done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "training jobs #0, #1 as one population" in done.stderr + done.stdout
+    trials = study_trials(sweep, "stop")
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 4  # the two stopped, two new
+    for t, job_dir in zip(trials, job_dirs):  # each stopped trial continued in its own directory
+        results = json.loads((job_dir / "results.json").read_text())
+        assert t.user_attrs["run_dir"] == str(job_dir) and t.value == results["objective"]
+        assert results["start_step"] == stopped[0] and results["steps"] == 3000
+    assert len(list(sweep.glob("*_[0-9]"))) == 4
 
 
 def final_states(run_dir, cfg) -> list:

@@ -9,6 +9,7 @@ import logging
 import math
 import os
 
+from hydra._internal.grammar.utils import escape_special_characters
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.utils import instantiate
@@ -101,6 +102,7 @@ class OptunaSweep:
         is_grid = "GridSampler" in str(self.sampler_cfg.get("_target_", ""))
         grid = space.grid() if is_grid else {}
         study = self._study(grid)
+        self._continue_stopped(study, space, optuna)
         n_trials = self.n_trials
         if is_grid:  # a grid has math.prod(sizes) points; a resumed grid sweep runs the ones not yet run
             done = sum(t.state.is_finished() for t in study.trials)
@@ -109,25 +111,48 @@ class OptunaSweep:
                  self.storage or "memory", n_trials, self.n_jobs, self.directions)
         while n_trials > 0:
             trials = [study.ask(space.distributions) for _ in range(min(self.n_jobs, n_trials))]
-            overrides = [self._overrides(t, space) for t in trials]
-            with trial_link.running(self.storage, self.study_name, trials):
-                # job number = trial number: a rerun with the same storage and sweep dir adds trials, and
-                # their jobs must not land in (and resume from) the directories of the study's earlier trials
-                returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
-            errors = [e for e in (self._tell(study, t, ret, optuna) for t, ret in zip(trials, returns)) if e]
-            if len(errors) > self.max_failure_rate * len(returns):
-                log.error("%d of %d trials failed, more than hydra.sweeper.max_failure_rate=%s allows",
-                          len(errors), len(returns), self.max_failure_rate)
-                raise errors[0]
+            self._run(study, trials, space, optuna)
             n_trials -= len(trials)
         self._write_results(study, optuna)
         return study
 
+    def _run(self, study, trials: list, space, optuna, job_dirs=None) -> None:
+        """Launch `trials` (consecutive numbers) in one call and tell the study each one's result."""
+        job_dirs = job_dirs or {}
+        overrides = [self._overrides(t, space, job_dirs.get(t.number)) for t in trials]
+        with trial_link.running(self.storage, self.study_name, trials):
+            # job number = trial number: a rerun with the same storage and sweep dir adds trials, and
+            # their jobs must not land in (and resume from) the directories of the study's earlier trials
+            returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
+        errors = [e for e in (self._tell(study, t, ret, optuna) for t, ret in zip(trials, returns)) if e]
+        if len(errors) > self.max_failure_rate * len(returns):
+            log.error("%d of %d trials failed, more than hydra.sweeper.max_failure_rate=%s allows",
+                      len(errors), len(returns), self.max_failure_rate)
+            raise errors[0]
+
+    def _continue_stopped(self, study, space, optuna) -> None:
+        """A signal ends a sweep before the sweeper tells Optuna how its batch went, so the study keeps those
+        trials RUNNING. Rerunning the command runs them first, with their own parameters and numbers, each in
+        its own job directory when it has one, so it continues from its checkpoint (or just reports again if it
+        had finished). One command works on a study at a time, as job number = trial number already assumes."""
+        stopped = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        if not stopped:
+            return
+        numbers = [t.number for t in stopped]
+        job_dirs = trial_link.job_dirs(str(self.config.hydra.sweep.dir), study.study_name, set(numbers))
+        log.info("Continuing trial(s) %s of study %s, which a stopped run left unfinished (%d in their job "
+                 "directories)", ", ".join(map(str, numbers)), study.study_name, len(job_dirs))
+        trials = [optuna.Trial(study, t._trial_id) for t in stopped]  # the public way to a stored trial by id
+        for batch in _consecutive_batches(trials, self.n_jobs):
+            self._run(study, batch, space, optuna, job_dirs)
+
     @staticmethod
-    def _overrides(trial, space) -> list:
+    def _overrides(trial, space, job_dir=None) -> list:
         suggested = [f"{key}={value}" for key, value in trial.params.items()]
+        continued = [] if job_dir is None else [f"hydra.sweep.subdir={escape_special_characters(job_dir)}"]
         # The trial's number rides in the job's own config, so train() can report to it (zoo.sweeps.trial_link).
-        return [*suggested, *space.fixed.values(), f"++hydra.job.env_set.{trial_link.TRIAL_KEY}={trial.number}"]
+        return [*suggested, *space.fixed.values(), *continued,
+                f"++hydra.job.env_set.{trial_link.TRIAL_KEY}={trial.number}"]
 
     def _tell(self, study, trial, ret: JobReturn, optuna):
         """Record one finished job in the study; returns its error if it failed."""
@@ -178,3 +203,14 @@ class OptunaSweep:
             log.info("Pareto front: %d trials", len(study.best_trials))
         OmegaConf.save(OmegaConf.create(results), os.path.join(self.config.hydra.sweep.dir,
                                                                "optimization_results.yaml"))
+
+
+def _consecutive_batches(trials: list, size: int) -> list:
+    """Trials in runs of consecutive numbers, at most `size` a run: a launch numbers its jobs consecutively."""
+    batches = []
+    for t in sorted(trials, key=lambda t: t.number):
+        if batches and len(batches[-1]) < size and batches[-1][-1].number + 1 == t.number:
+            batches[-1].append(t)
+        else:
+            batches.append([t])
+    return batches

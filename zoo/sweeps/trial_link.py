@@ -6,12 +6,14 @@ the sweeper's own process (the basic launcher) finds the asked trial here; a job
 opens the study from `hydra.sweeper.storage`, so pruning there needs a database storage.
 """
 import contextlib
+import os
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from zoo.config import METRICS
 from zoo.errors import UserError
+from zoo.sweeps.jobs import find_job_dirs
 
 TRIAL_KEY = "ZOO_OPTUNA_TRIAL"
 _asked = {}  # (storage, study name, trial number) -> optuna.Trial, while the launcher runs the batch
@@ -26,6 +28,22 @@ def running(storage, study_name, trials):
     finally:
         for key in keys:
             _asked.pop(key, None)
+
+
+def job_dirs(sweep_dir: str, study_name: str, numbers: set) -> dict:
+    """{trial number: its job directory, relative to sweep_dir} for those of `numbers` (trials of `study_name`)
+    that have one there, read from each job's saved Hydra config."""
+    found = {}
+    for job_dir in find_job_dirs(sweep_dir) if os.path.isdir(sweep_dir) else []:
+        try:
+            hydra = OmegaConf.load(os.path.join(job_dir, ".hydra", "hydra.yaml")).hydra
+            number = OmegaConf.select(hydra, f"job.env_set.{TRIAL_KEY}")
+            same_study = OmegaConf.select(hydra, "sweeper.study_name") == study_name
+        except Exception:  # noqa: BLE001 — unreadable or unresolvable: not a job of this study that can continue
+            continue
+        if same_study and number is not None and int(number) in numbers:
+            found[int(number)] = os.path.relpath(job_dir, sweep_dir)
+    return found
 
 
 def _trial(storage, study_name, number: int, pruner_cfg):
