@@ -5,6 +5,8 @@ finds the same best; a seeded sampler repeats itself; failures are recorded with
 goes on; a stored study continues with `n_trials` new trials, after the trials a stopped sweep left running;
 bad settings are one sentence.
 """
+import json
+
 import optuna
 import pytest
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -139,36 +141,61 @@ class StoppedLauncher(RecordingLauncher):
         raise SystemExit(143)
 
 
-def save_job_dir(sweep_dir, name: str, trial_number: int, study_name: str) -> None:
-    """The .hydra/ files run_job writes for a sweep's job, as far as finding a trial's directory reads them."""
+def save_job_dir(sweep_dir, name: str, trial_number: int, study_name: str, **files) -> None:
+    """A sweep job's directory: the .hydra/ files run_job writes (what finding a trial's job reads) and `files`
+    (results.json, failure.json: {name: record})."""
     hydra_dir = sweep_dir / name / ".hydra"
     hydra_dir.mkdir(parents=True)
     hydra = {"job": {"env_set": {trial_link.TRIAL_KEY: trial_number}}, "sweeper": {"study_name": study_name}}
     OmegaConf.save(OmegaConf.create({"hydra": hydra}), hydra_dir / "hydra.yaml")
     OmegaConf.save(OmegaConf.create([]), hydra_dir / "overrides.yaml")
+    for file_name, record in files.items():
+        (sweep_dir / name / f"{file_name}.json").write_text(json.dumps(record))
 
 
-def test_trials_a_stopped_sweep_left_running_run_first_in_their_own_job_directories(tmp_path):
-    storage = f"sqlite:///{tmp_path}/optuna.db"
+def stop_a_sweep(tmp_path, storage: str, n_jobs: int) -> list:
+    """Ask a batch of n_jobs trials, then stop as a signal does; returns each trial's overrides."""
     stopped = StoppedLauncher()
     with pytest.raises(SystemExit):
-        make_sweep(tmp_path, stopped, storage=storage, n_trials=4, n_jobs=3).sweep([])
-    asked = stopped.asked  # three trials asked; the first one's job ran
-    job_dir = "2026-12-01_12-00-00_lr=1e-3,0"  # characters an override must escape
-    save_job_dir(tmp_path, job_dir, 0, "test")
-    save_job_dir(tmp_path, "other_1", 1, "another_study")  # trial 1 never started; this is not it
+        make_sweep(tmp_path, stopped, storage=storage, n_trials=n_jobs, n_jobs=n_jobs).sweep([])
+    return stopped.asked
+
+
+def test_trials_a_stopped_sweep_left_running_are_settled_first(tmp_path):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    asked = stop_a_sweep(tmp_path, storage, n_jobs=4)
+    interrupted = "2026-12-01_12-00-00_lr=1e-3,0"  # characters an override must escape
+    save_job_dir(tmp_path, interrupted, 0, "test", failure={"status": "failed", "error": "Preempted",
+                                                              "reason": "stopped by SIGTERM at step 200"})
+    save_job_dir(tmp_path, "other_1", 1, "another_study")  # trial 1 never started; this is not its directory
+    save_job_dir(tmp_path, "done_2", 2, "test", results={"objective": 0.5})  # ended before the stop
+    save_job_dir(tmp_path, "pruned_3", 3, "test", failure={"status": "pruned", "error": "TrialPruned",
+                                                           "reason": "pruned at step 100"})
     launcher = RecordingLauncher()
     make_sweep(tmp_path, launcher, storage=storage, n_trials=2, n_jobs=2).sweep([])
-    assert [(idx, len(batch)) for idx, batch in launcher.calls] == [(0, 2), (2, 1), (3, 2)]
-    (first, second), (third,) = launcher.calls[0][1], launcher.calls[1][1]
-    assert first[:-2] == asked[0] and second[:-1] == asked[1] and third[:-1] == asked[2]
+    assert [(idx, len(batch)) for idx, batch in launcher.calls] == [(0, 2), (4, 2)]  # then 2 new trials
+    first, second = launcher.calls[0][1]
+    assert first[:-2] == asked[0] and second[:-1] == asked[1]  # their own parameters; 1 in a new directory
     subdir = OverridesParser.create().parse_overrides([first[-2]])[0]
-    assert (subdir.key_or_group, subdir.value()) == ("hydra.sweep.subdir", job_dir)
+    assert (subdir.key_or_group, subdir.value()) == ("hydra.sweep.subdir", interrupted)
     study = optuna.load_study(study_name="test", storage=storage)
-    assert [t.number for t in study.trials] == list(range(5))
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
-    for t, overrides in zip(study.trials, asked):
-        assert t.value == score(dict(o.split("=", 1) for o in overrides))
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "PRUNED", "COMPLETE", "COMPLETE"]
+    assert [t.value for t in study.trials[:3]] == [score(dict(o.split("=", 1) for o in overrides))
+                                                   for overrides in asked[:2]] + [0.5]
+    assert study.trials[2].user_attrs["run_dir"] == str(tmp_path / "done_2")
+
+
+def test_with_resume_never_a_stopped_trial_starts_again_in_a_new_directory(tmp_path):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    asked = stop_a_sweep(tmp_path, storage, n_jobs=1)
+    save_job_dir(tmp_path, "stopped_0", 0, "test")
+    launcher = RecordingLauncher()
+    sweep = make_sweep(tmp_path, launcher, storage=storage, n_trials=1)
+    sweep.config = OmegaConf.merge(sweep.config, {"trainer": {"resume": "never"}})
+    sweep.sweep([])
+    idx, [overrides] = launcher.calls[0]
+    assert idx == 0 and overrides[:-1] == asked[0]  # its own parameters, and no hydra.sweep.subdir
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -58,12 +58,27 @@ def test_summary_ranks_completed_then_unfinished_then_failed_and_says_why(tmp_pa
     assert "| 3 | 2 | unfinished |" in markdown and "| 4 | 1 | failed | nan |" in markdown
 
 
+def job_config(root, name: str):
+    return OmegaConf.create({"hydra": {"mode": RunMode.MULTIRUN, "sweep": {"dir": str(root)},
+                                       "runtime": {"output_dir": str(root / name)}}})
+
+
 def job_end(callback, root, name: str, error=None) -> None:
     """What Hydra's launcher calls after job `name` of the sweep in `root` returned (or raised `error`)."""
-    config = OmegaConf.create({"hydra": {"mode": RunMode.MULTIRUN, "sweep": {"dir": str(root)},
-                                         "runtime": {"output_dir": str(root / name)}}})
     status = JobStatus.COMPLETED if error is None else JobStatus.FAILED
-    callback.on_job_end(config, JobReturn(overrides=[], status=status, _return_value=error))
+    callback.on_job_end(job_config(root, name), JobReturn(overrides=[], status=status, _return_value=error))
+
+
+def test_a_job_run_again_in_its_directory_is_summarised_by_how_it_ends_now(tmp_path):
+    callback = SweepSummary()
+    write_job(tmp_path, "0", ["seed=0"], results=completed(0.5))
+    write_job(tmp_path, "1", ["seed=1"], failure={"status": "failed", "error": "Preempted", "reason": "stopped"})
+    job_end(callback, tmp_path, "0")  # a resumed sweep: job 1's stop is still on disk when job 0 ends
+    assert "| 1 | failed |" in (tmp_path / "summary.md").read_text()
+    callback.on_job_start(job_config(tmp_path, "1"))
+    (tmp_path / "1" / "results.json").write_text(json.dumps(completed(0.9)))  # it continues and completes
+    job_end(callback, tmp_path, "1")
+    assert "| 1 | 1 | completed |" in (tmp_path / "summary.md").read_text()
 
 
 def test_the_table_follows_every_job_and_the_plot_comes_at_the_end_or_on_a_failure(tmp_path):

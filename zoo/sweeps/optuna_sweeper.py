@@ -132,19 +132,43 @@ class OptunaSweep:
 
     def _continue_stopped(self, study, space, optuna) -> None:
         """A signal ends a sweep before the sweeper tells Optuna how its batch went, so the study keeps those
-        trials RUNNING. Rerunning the command runs them first, with their own parameters and numbers, each in
-        its own job directory when it has one, so it continues from its checkpoint (or just reports again if it
-        had finished). One command works on a study at a time, as job number = trial number already assumes."""
+        trials RUNNING. Rerunning the command settles them first: a trial whose job had ended is told what its
+        files say; the others run again with their own parameters and numbers, each in its own job directory
+        when it has one, so it continues from its checkpoint. One command works on a study at a time, as job
+        number = trial number already assumes."""
         stopped = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         if not stopped:
             return
-        numbers = [t.number for t in stopped]
-        job_dirs = trial_link.job_dirs(str(self.config.hydra.sweep.dir), study.study_name, set(numbers))
-        log.info("Continuing trial(s) %s of study %s, which a stopped run left unfinished (%d in their job "
-                 "directories)", ", ".join(map(str, numbers)), study.study_name, len(job_dirs))
-        trials = [optuna.Trial(study, t._trial_id) for t in stopped]  # the public way to a stored trial by id
-        for batch in _consecutive_batches(trials, self.n_jobs):
+        sweep_dir = str(self.config.hydra.sweep.dir)
+        job_dirs = trial_link.job_dirs(sweep_dir, study.study_name, {t.number for t in stopped})
+        to_run = []
+        for trial in (optuna.Trial(study, t._trial_id) for t in stopped):  # the public way to a stored trial
+            job_dir = job_dirs.get(trial.number)
+            ended = job_dir and trial_link.ended_before_the_stop(os.path.join(sweep_dir, job_dir), sweep_dir)
+            if ended:
+                self._tell_ended(study, trial, ended, optuna)
+            else:
+                to_run.append(trial)
+        if OmegaConf.select(self.config, "trainer.resume") == "never":
+            job_dirs = {}  # each starts again from scratch, in a new directory
+        again = ", ".join(str(t.number) for t in to_run)
+        log.info("Trial(s) %s of study %s were left unfinished by a stopped run; %s", ", ".join(
+                 str(t.number) for t in stopped), study.study_name, f"running {again} again" if again else
+                 "all of them had ended")
+        for batch in _consecutive_batches(to_run, self.n_jobs):
             self._run(study, batch, space, optuna, job_dirs)
+
+    def _tell_ended(self, study, trial, row: dict, optuna) -> None:
+        """Tell the study what a stopped trial's job had written (its summary row) before the stop."""
+        trial.set_user_attr("run_dir", row["run_dir"])
+        values = self._values(row["objective"]) if row["status"] == "completed" else None
+        if values is not None:
+            self._finish(study, trial, values=values)
+        elif row["status"] == "pruned":
+            self._finish(study, trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            trial.set_user_attr("fail_reason", row["reason"])
+            self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
 
     @staticmethod
     def _overrides(trial, space, job_dir=None) -> list:

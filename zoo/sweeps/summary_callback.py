@@ -65,6 +65,14 @@ class SweepSummary(Callback):
         # Optuna opens sqlite:///<sweep dir>/optuna.db before the launcher creates the sweep dir.
         os.makedirs(config.hydra.sweep.dir, exist_ok=True)
 
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        """A job run again in its directory (a resumed sweep) ends anew: what was read there before is stale."""
+        if config.hydra.mode != RunMode.MULTIRUN:
+            return
+        job_dir, rows = os.path.abspath(config.hydra.runtime.output_dir), self.known.get("rows", {})
+        for key in [k for k in rows if os.path.abspath(k) == job_dir]:
+            del rows[key]
+
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
         if config.hydra.mode != RunMode.MULTIRUN:
             return

@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from zoo.config import METRICS
 from zoo.errors import UserError
-from zoo.sweeps.jobs import find_job_dirs
+from zoo.preemption import Preempted
+from zoo.sweeps.jobs import find_job_dirs, read_job
 
 TRIAL_KEY = "ZOO_OPTUNA_TRIAL"
 _asked = {}  # (storage, study name, trial number) -> optuna.Trial, while the launcher runs the batch
@@ -44,6 +45,14 @@ def job_dirs(sweep_dir: str, study_name: str, numbers: set) -> dict:
         if same_study and number is not None and int(number) in numbers:
             found[int(number)] = os.path.relpath(job_dir, sweep_dir)
     return found
+
+
+def ended_before_the_stop(job_dir: str, sweep_dir: str):
+    """The job's summary row (zoo.sweeps.jobs.read_job) if it had ended when its sweep was stopped: completed,
+    pruned, or failed by something other than the stop. None for a job the stop interrupted."""
+    row = read_job(job_dir, sweep_dir)
+    interrupted = row["status"] == "failed" and row["reason"].startswith(f"{Preempted.__name__}:")
+    return None if row["status"] == "unfinished" or interrupted else row
 
 
 def _trial(storage, study_name, number: int, pruner_cfg):
