@@ -123,13 +123,27 @@ def test_a_failed_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_pa
 
 def test_a_stored_study_continues_with_n_trials_new_trials(tmp_path):
     storage = f"sqlite:///{tmp_path}/optuna.db"
+    suggested = []
     for _ in range(2):
         launcher = RecordingLauncher()
         make_sweep(tmp_path, launcher, storage=storage, n_trials=3).sweep([])
+        suggested.append(trial_params(launcher))
     study = optuna.load_study(study_name="test", storage=storage)
     assert [t.number for t in study.trials] == list(range(6))
     assert [first for first, _ in launcher.calls] == [3, 4, 5]  # new jobs, not the first run's directories
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    assert not set(suggested[0]) & set(suggested[1])  # the seeded sampler does not start over
+
+
+def test_a_continued_study_suggests_the_same_trials_when_its_rerun_is_repeated(tmp_path):
+    suggested = []
+    for copy in ("a", "b"):
+        storage = f"sqlite:///{tmp_path}/{copy}.db"
+        make_sweep(tmp_path, RecordingLauncher(), storage=storage, n_trials=2).sweep([])
+        launcher = RecordingLauncher()
+        make_sweep(tmp_path, launcher, storage=storage, n_trials=2).sweep([])
+        suggested.append(trial_params(launcher))
+    assert suggested[0] == suggested[1]
 
 
 class StoppedLauncher(RecordingLauncher):

@@ -81,18 +81,28 @@ class OptunaSweep:
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
 
+    def _sampler(self, grid: dict, trials_so_far: int = 0):
+        cfg = self.sampler_cfg
+        if trials_so_far and cfg.get("seed") is not None:
+            # a seeded sampler would repeat the suggestions its study started with; the offset keeps a rerun
+            # of the same command on the same study reproducible
+            cfg = OmegaConf.merge(cfg, {"seed": int(cfg.seed) + trials_so_far})
+        sampler = build_optuna_object(cfg, "optuna.samplers", "BaseSampler", "hydra.sweeper.sampler")
+        return sampler(grid) if isinstance(sampler, functools.partial) else sampler  # GridSampler: grid = space
+
     def _study(self, grid: dict):
         import optuna
 
-        sampler = build_optuna_object(self.sampler_cfg, "optuna.samplers", "BaseSampler", "hydra.sweeper.sampler")
-        if isinstance(sampler, functools.partial):  # GridSampler: its grid is the search space
-            sampler = sampler(grid)
         pruner = None if self.pruner_cfg is None else build_optuna_object(
             self.pruner_cfg, "optuna.pruners", "BasePruner", "hydra.sweeper.pruner")
         if self.storage and str(self.storage).startswith("sqlite:///"):
             os.makedirs(os.path.dirname(os.path.abspath(str(self.storage)[len("sqlite:///"):])), exist_ok=True)
-        return optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=sampler, pruner=pruner,
-                                   directions=self.directions, load_if_exists=True)
+        study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self._sampler(grid),
+                                    pruner=pruner, directions=self.directions, load_if_exists=True)
+        trials_so_far = len(study.get_trials(deepcopy=False))
+        if trials_so_far:
+            study.sampler = self._sampler(grid, trials_so_far)
+        return study
 
     def sweep(self, arguments: list):
         """Run this command's trials; returns the study."""
