@@ -296,6 +296,35 @@ def test_a_finished_run_without_checkpoints_is_not_overwritten(make_cfg, tmp_pat
     assert (tmp_path / "run" / "results.json").read_text() == results
 
 
+def test_a_finished_run_whose_checkpoints_are_gone_is_not_trained_again(make_cfg, tmp_path):
+    train(make_cfg("debug=smoke"))
+    results = (tmp_path / "run" / "results.json").read_text()
+    shutil.rmtree(tmp_path / "run" / "checkpoints")
+    with pytest.raises(UserError, match=r"hydra\.run\.dir=.*/run already holds a finished run \(results\.json\) but "
+                                        r"no checkpoint to continue from; choose a new hydra\.run\.dir\."):
+        train(make_cfg("debug=smoke"))
+    assert (tmp_path / "run" / "results.json").read_text() == results
+
+
+def test_a_finished_run_run_again_reports_its_results_and_writes_nothing(make_cfg, tmp_path):
+    first = train(make_cfg("debug=smoke"))
+    files = {name: (tmp_path / "run" / name).read_bytes() for name in ("results.json", "metrics.jsonl")}
+    again = train(make_cfg("debug=smoke", "optimized_metric=test/loss", "logger.tensorboard=false"))
+    assert again["test"] == first["test"] and again["objective"] == first["test"]["loss"]  # this command's aim
+    assert {name: (tmp_path / "run" / name).read_bytes() for name in files} == files
+
+
+@pytest.mark.parametrize("changed", ["optimizer.learning_rate=0.01", "seed=5", "trainer.max_steps=4"])
+def test_a_finished_run_asked_for_other_settings_is_refused(make_cfg, tmp_path, changed):
+    train(make_cfg("debug=smoke"))
+    results = (tmp_path / "run" / "results.json").read_text()
+    key = changed.partition("=")[0].replace(".", r"\.")
+    with pytest.raises(UserError, match=rf"hydra\.run\.dir=.*/run already holds a finished run trained with other "
+                                        rf"settings: {key} \(.*; choose a new hydra\.run\.dir"):
+        train(make_cfg("debug=smoke", changed))
+    assert (tmp_path / "run" / "results.json").read_text() == results
+
+
 # --- Evaluating a run ----------------------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -90,8 +90,9 @@ def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, t
     assert max(r["step"] for r in logged) == 6
     at_2 = next(r for r in logged if r["split"] == "test" and r["step"] == 2)
     assert results["test"] == {k: v for k, v in at_2.items() if k not in ("step", "split")}
-    again = train(make_cfg(*STOPPING))  # the same command on a stopped run does not train on
-    assert again["start_step"] == 6 and again["test"] == results["test"]
+    again = train(make_cfg(*STOPPING))  # the same command on a stopped run does not train on: its results stand
+    assert again["steps"] == 6 and again["test"] == results["test"]
+    assert read_jsonl(tmp_path / "run" / "metrics.jsonl") == logged
 
 
 def test_early_stopping_patience_survives_preemption(make_cfg, monkeypatch):

@@ -3,6 +3,7 @@
 train() opens one for its run; a population (zoo.population) opens one per member, so every member's run
 directory holds exactly what its solo run's would.
 """
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from zoo.loop import NonFiniteLoss, metric_summary
 from zoo.optim import learning_rate_at
 from zoo.parallel.distributed import is_primary
 from zoo.privacy.plan import EpsilonLogger
-from zoo.resume import checkpoint_settings, find_start
+from zoo.resume import RESULT_DEFINING, changed_settings, checkpoint_settings, find_start
 from zoo.run_logger import RunLogger
 
 log = logging.getLogger("zoo")
@@ -41,6 +42,7 @@ class RunOutputs:
     sums: dict | None = None  # a partial metric interval restored with the state
     early: EarlyStopping | None = None
     results: dict = field(default_factory=dict)
+    recorded: dict | None = None  # the results of a run that had finished before this command, which leaves it so
 
     @property
     def end_step(self) -> int:
@@ -92,12 +94,21 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     ckpts, settings = None, checkpoint_settings(cfg, task)
     if cfg.checkpoint.enabled:
         ckpts = Checkpoints(os.path.join(out_dir, "checkpoints"), **settings)
-    if ckpts is None and os.path.exists(os.path.join(out_dir, "results.json")):
+    results_path = os.path.join(out_dir, "results.json")
+    if ckpts is None and os.path.exists(results_path):
         raise UserError(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
                         "choose a new hydra.run.dir.")
     target = {"state": host_state, "sums": zero_sums}
+    early = early_stopping_for(cfg, settings)
     try:
+        if ckpts is not None and not ckpts.steps() and os.path.exists(results_path):
+            raise UserError(f"hydra.run.dir={out_dir} already holds a finished run (results.json) but no checkpoint "
+                            "to continue from; choose a new hydra.run.dir.")
         start_step, restored, meta = find_start(cfg, ckpts, target)
+        if early is not None and meta:
+            early.load_state_dict(meta.get("early_stopping"))
+        ended = start_step >= total_steps or (early is not None and early.stopped_step is not None)
+        recorded = _recorded_results(cfg, task, results_path, meta) if restored is not None and ended else None
     except BaseException:  # refused (other settings, resume=never): release the manager opened above
         if ckpts is not None:
             ckpts.close()
@@ -105,9 +116,12 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     sums = None
     if restored is not None:
         host_state, sums = restored["state"], restored["sums"]
-    early = early_stopping_for(cfg, settings)
-    if early is not None and meta:
-        early.load_state_dict(meta.get("early_stopping"))
+    if recorded is not None:  # nothing to train or write: the run's record stays as it was
+        run_record.restore(out_dir)
+        log.info("hydra.run.dir=%s already holds this finished run; its results.json stands (test: %s)",
+                 os.path.abspath(out_dir), metric_summary(recorded.get("test", {})))
+        return RunOutputs(cfg, task, total_steps, ckpts, RunLogger(out_dir, cfg.logger, total_steps, enabled=False),
+                          None, zero_sums, target, start_step, host_state, sums, early, recorded=recorded)
     logger_cfg = OmegaConf.merge(cfg.logger, {"progress": False}) if population_member else cfg.logger
     logger = RunLogger(out_dir, logger_cfg, total_steps, start_step=start_step, enabled=is_primary(),
                        learning_rate=learning_rate_at(cfg, total_steps),
@@ -139,6 +153,23 @@ def _saver(cfg: DictConfig, ckpts, stream, early=None):
             ckpts.wait()
 
     return save
+
+
+def _recorded_results(cfg: DictConfig, task, results_path: str, meta: dict):
+    """The results of a run that has nothing left to train, with this command's objective; None when it has no
+    results.json (it was stopped before writing it: finishing it writes one). A command with other settings is
+    refused: the run would report results it was not trained with."""
+    try:
+        with open(results_path) as f:
+            results = json.load(f)
+    except (OSError, ValueError):
+        return None
+    changed = changed_settings(meta["config"], OmegaConf.to_container(cfg, resolve=True), RESULT_DEFINING)
+    if changed:
+        raise UserError(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
+                        f"settings: {'; '.join(changed)}; choose a new hydra.run.dir (a larger trainer.max_steps or "
+                        "trainer.epochs continues this one).")
+    return {**results, "objective": objective_of(cfg, results, task)}
 
 
 def objective_of(cfg: DictConfig, results: dict, task):

@@ -16,6 +16,9 @@ log = logging.getLogger("zoo")
 STATE_DEFINING = ("model", "dataset", "optimizer._target_", "schedule", "trainer.clip_norm", "trainer.accumulate")
 # May change, e.g. a lower learning rate for the rest of a run; named when the state then does not restore.
 STATE_SHAPING = ("optimizer", "schedule", "trainer.ema_decay")
+# What a finished run's results depend on: a command asking for other values of these cannot report them.
+RESULT_DEFINING = STATE_DEFINING + STATE_SHAPING + (
+    "seed", "privacy", "trainer.batch_size", "trainer.epochs", "trainer.max_steps", "trainer.early_stopping")
 
 
 def _flatten(tree, prefix=""):

@@ -112,6 +112,9 @@ def train(cfg: DictConfig) -> dict:
     compiled, mode = run.compiled, run.compiled.mode
     out = open_outputs(cfg, compiled.task, run.stream, run.total_steps, run.host_state, compiled.zero_sums,
                        run.privacy)
+    if out.recorded is not None:  # finished before this command, with these settings
+        out.close()
+        return {**out.recorded, "state": out.host_state}
     state = mode.put_state(out.host_state)
     model = describe(cfg, run, state, out.logger, call_length(cfg.trainer, compiled.steps_per_call,
                                                                   out.end_step - out.start_step))

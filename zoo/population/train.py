@@ -115,6 +115,11 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
             try:
                 with member_lines(c.paths.output_dir):  # its resume lines go to its own train.log
                     out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
+                if out.recorded is not None:  # finished before this command: it reports its results.json
+                    outcomes[i] = out.recorded
+                    out.close()
+                    logs.close(c.paths.output_dir)
+                    continue
                 members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]))))
             except BaseException as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
                 logs.close(c.paths.output_dir)  # nothing of the group goes into another run's log
