@@ -105,9 +105,10 @@ BAD_VALUES = [
     ("model._target_=os.system", r"model names _target_='os\.system', which is not allowed"),
     ("model._target_=zoo.cli.os.system", r"model names _target_='zoo\.cli\.os\.system', which is not allowed; it "
                                         r"resolves to posix\.system, not a model of the zoo"),
-    ("model._target_=zoo.export.artifact.write_directory", r"model names _target_='zoo\.export\.artifact\."
-                                                         r"write_directory', which is not allowed; it resolves to "
-                                                         r"zoo\.export\.artifact\.write_directory, not a model"),
+    ("model._target_=zoo.outputs.open_outputs", r"model names _target_='zoo\.outputs\.open_outputs', which is not "
+                                               r"allowed; it resolves to zoo\.outputs\.open_outputs, not a model"),
+    ("model._target_=zoo.bench.__main__.main", r"model names _target_='zoo\.bench\.__main__\.main', which is not "
+                                              r"allowed; it names nothing in the zoo's models or optax\."),
     ("optimizer._target_=optax.tree_utils.functools.partial",
      r"optimizer names _target_='optax\.tree_utils\.functools\.partial', which is not allowed; it resolves to "
      r"functools\.partial"),

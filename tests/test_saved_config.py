@@ -1,11 +1,14 @@
 """A run dir's saved config is data, not code: its targets are checked and its placement is not reused."""
 import json
 import pathlib
+import sys
 
 import pytest
+from omegaconf import OmegaConf
 
 from zoo.errors import UserError
 from zoo.evaluate import evaluate
+from zoo.targets import check_targets
 from zoo.train import train
 
 
@@ -61,3 +64,11 @@ def test_eval_uses_its_own_distributed_settings(make_cfg, tmp_path):
         "timeout_s": 1})
     evaluated = evaluate(eval_cfg(make_cfg, tmp_path / "run"))
     assert evaluated["metrics"] == results["test"]
+
+
+def test_checking_a_target_imports_no_module(monkeypatch):
+    """zoo.bench.__main__ runs the benchmark when imported: naming it in a config must not import it."""
+    monkeypatch.delitem(sys.modules, "zoo.bench.__main__", raising=False)
+    with pytest.raises(UserError, match=r"it names nothing in the zoo's models or optax"):
+        check_targets(OmegaConf.create({"model": {"_target_": "zoo.bench.__main__.main"}}))
+    assert "zoo.bench.__main__" not in sys.modules

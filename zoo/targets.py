@@ -5,14 +5,13 @@ Configs may come from run dirs written by someone else, and a dotted path is res
 """
 import functools
 import inspect
+import sys
 
-from hydra._internal.utils import _locate  # the resolver hydra.utils.instantiate itself uses
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig
 
 from zoo.errors import UserError
 
-# Only modules of these packages are imported while resolving, so no other package's import-time code runs.
 SEARCHED_PACKAGES = ("zoo.", "optax.")
 
 
@@ -39,14 +38,31 @@ def _is_zoo_model(obj) -> bool:
     return any(obj is getattr(zoo.models, name) for name in zoo.models.__all__)
 
 
+def _resolve_loaded(target: str):
+    """What the dotted path names, looked up in modules already imported. Resolving imports nothing: a module's
+    import-time code (a `__main__`, say) never runs because a config named it. Every allowed object lives in
+    zoo.models or in optax's public modules, which are imported here."""
+    import optax  # noqa: F401
+    import zoo.models  # noqa: F401
+
+    parts = target.split(".")
+    for i in range(len(parts), 0, -1):
+        obj = sys.modules.get(".".join(parts[:i]))
+        if obj is not None:
+            for name in parts[i:]:
+                obj = getattr(obj, name)
+            return obj
+    raise AttributeError(target)
+
+
 def _refusal(target) -> str | None:
     """Why `target` may not be instantiated, or None when it resolves to an allowed class or function."""
     if not isinstance(target, str) or not target.startswith(SEARCHED_PACKAGES):
         return f"only targets under {', '.join(SEARCHED_PACKAGES)} can be instantiated"
     try:
-        obj = _locate(target)
-    except Exception:  # hydra raises ImportError with a multi-line account of each attempt
-        return "it cannot be imported"
+        obj = _resolve_loaded(target)
+    except AttributeError:
+        return "it names nothing in the zoo's models or optax"
     # Of the zoo's own objects only its models: any other zoo function (one that writes or deletes files, say)
     # would run with whatever arguments a tampered config gives it.
     if _is_zoo_model(obj):
