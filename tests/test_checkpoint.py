@@ -94,7 +94,8 @@ def test_checkpoint_from_pmap_restores_under_none_and_sharded(make_cfg, tmp_path
     results = train(make_cfg("model=cnn", "debug=smoke", "parallel.mode=pmap", "parallel.cpu_devices=4"))
     run_dir = tmp_path / "run"
     for overrides in (["parallel=none"], ["parallel.mode=sharded", "parallel.cpu_devices=2"],
-                      ["parallel.mode=pmap", "parallel.cpu_devices=4", "trainer.batch_size=7"]):
+                      ["parallel.mode=pmap", "parallel.cpu_devices=4", "trainer.batch_size=7"],
+                      ["parallel.mode=pmap", "parallel.cpu_devices=3"]):  # 3 devices need not divide its batch
         returned = evaluate(eval_cfg(make_cfg, run_dir, *overrides))
         evaluated = returned["metrics"]
         assert evaluated["count"] == results["test"]["count"] == 359

@@ -345,6 +345,11 @@ def test_eval_without_missing_or_empty_run_dir(make_cfg, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match=r"run_dir=.*empty has no complete checkpoint in checkpoints/; train it"):
         evaluate(eval_cfg(make_cfg, tmp_path / "empty"))
+    with pytest.raises(UserError, match=r"chekpoint is not a setting; remove it or fix its spelling \(settings at the "
+                                        r"top level: run_dir, checkpoint, "):
+        evaluate(eval_cfg(make_cfg, tmp_path / "empty", "+chekpoint=best"))
+    with pytest.raises(UserError, match=r"parallel\.cpu_devices must be between 1 and 512 \(or null\), got 0\."):
+        evaluate(eval_cfg(make_cfg, tmp_path / "empty", "parallel.cpu_devices=0"))
 
 
 def test_eval_on_corrupt_checkpoints(make_cfg, trained, caplog):

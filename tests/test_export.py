@@ -204,6 +204,10 @@ def test_predict_without_an_export_or_arguments(tmp_path):
         predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy"))
     with pytest.raises(UserError, match=r"output=.*/nodir/p\.csv cannot be written: .*/nodir is not a writable dir"):
         predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy", f"output={tmp_path / 'nodir' / 'p.csv'}"))
+    with pytest.raises(UserError, match=r"output=.* is a directory; name a \.csv file to write, or leave output out"):
+        predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy", f"output={tmp_path}"))
+    with pytest.raises(UserError, match=r"ouput is not a setting; remove it or fix its spelling"):
+        predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy", "+ouput=p.csv"))
 
 
 def test_export_checks_targets_first_and_keeps_the_previous_export_on_failure(make_cfg, exported_run, tmp_path,
@@ -227,6 +231,8 @@ def test_export_checks_targets_first_and_keeps_the_previous_export_on_failure(ma
         export(make_cfg(f"run_dir={run_dir}", "platforms=[gpu]", config_name="export"))
     with pytest.raises(UserError, match=r"run_dir is required: python export\.py run_dir="):
         export(make_cfg(config_name="export"))
+    with pytest.raises(UserError, match=r"checkpont is not a setting; remove it or fix its spelling"):
+        export(make_cfg(f"run_dir={run_dir}", "+checkpont=best", config_name="export"))
 
 
 def test_an_export_for_cpu_and_cuda_runs_here(make_cfg, exported_run, tmp_path):

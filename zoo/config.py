@@ -183,19 +183,32 @@ def _positive_number(value) -> bool:
     return is_number(value) and value > 0
 
 
-def _check_known_keys(cfg: DictConfig) -> None:
+def check_known_keys(cfg: DictConfig, schema_class) -> None:
     """Hydra's own hint for a misspelt key is `+key=value`, which adds it unchecked; refuse it here instead."""
-    schema = OmegaConf.structured(TrainConfig)
-    typed = [k for k, v in schema.items() if isinstance(v, DictConfig) and OmegaConf.get_type(v) is not dict]
+    schema = OmegaConf.structured(schema_class)
+    typed = [k for k in schema if not OmegaConf.is_missing(schema, k) and isinstance(schema[k], DictConfig)
+             and OmegaConf.get_type(schema[k]) is not dict]
     for prefix, node, known in [("", cfg, schema)] + [(f"{k}.", cfg.get(k), schema[k]) for k in typed]:
         extra = sorted(set(node or ()) - set(known))
         _require(not extra, f"{prefix}{extra[0] if extra else ''} is not a setting; remove it or fix its spelling "
                  f"(settings {'of ' + prefix[:-1] if prefix else 'at the top level'}: {', '.join(known)}).")
 
 
+def validate_placement(cfg: DictConfig) -> None:
+    """The parallel and distributed settings, which train.py, eval.py and export.py each take."""
+    p = cfg.parallel
+    _require(p.mode in PARALLEL_MODES, f"parallel.mode must be one of {PARALLEL_MODES}, got {p.mode!r}.")
+    _require(cfg.distributed.mode in ("none", "explicit", "auto"),
+             f"distributed.mode must be none, explicit or auto, got {cfg.distributed.mode!r}.")
+    _require(p.device_data_mb >= 0, f"parallel.device_data_mb must be >= 0 (0 streams every split from the host), "
+             f"got {p.device_data_mb}.")
+    _require(p.cpu_devices is None or 0 < p.cpu_devices <= MAX_CPU_DEVICES,
+             f"parallel.cpu_devices must be between 1 and {MAX_CPU_DEVICES} (or null), got {p.cpu_devices}.")
+
+
 def validate(cfg: DictConfig) -> None:
     """Reject values a schema cannot express, naming the setting to change."""
-    _check_known_keys(cfg)
+    check_known_keys(cfg, TrainConfig)
     t = cfg.trainer
     _require(t.epochs > 0, f"trainer.epochs must be a positive integer, got {t.epochs}.")
     _require(t.max_steps is None or t.max_steps > 0,
@@ -238,14 +251,7 @@ def validate(cfg: DictConfig) -> None:
     _require(d.task != "classification" or (isinstance(d.num_classes, int) and d.num_classes >= 2),
              f"dataset.num_classes must be an integer >= 2 for classification, got {d.num_classes}.")
     _validate_generator(d)
-    p = cfg.parallel
-    _require(p.mode in PARALLEL_MODES, f"parallel.mode must be one of {PARALLEL_MODES}, got {p.mode!r}.")
-    _require(cfg.distributed.mode in ("none", "explicit", "auto"),
-             f"distributed.mode must be none, explicit or auto, got {cfg.distributed.mode!r}.")
-    _require(p.device_data_mb >= 0, f"parallel.device_data_mb must be >= 0 (0 streams every split from the host), "
-             f"got {p.device_data_mb}.")
-    _require(p.cpu_devices is None or 0 < p.cpu_devices <= MAX_CPU_DEVICES,
-             f"parallel.cpu_devices must be between 1 and {MAX_CPU_DEVICES} (or null), got {p.cpu_devices}.")
+    validate_placement(cfg)
     for group in ("model", "optimizer", "schedule"):  # before any of them is instantiated
         check_targets(cfg[group], group)
     _validate_model(cfg.model)

@@ -7,7 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, restore_latest_good
 from zoo.cli import unwritable_reason
-from zoo.config import GENERATOR_KEYS, TrainConfig
+from zoo.config import GENERATOR_KEYS, EvalConfig, ExportConfig, TrainConfig, check_known_keys, validate_placement
 from zoo.errors import UserError
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
@@ -19,6 +19,8 @@ log = logging.getLogger("zoo")
 
 
 def _check_command(cfg: DictConfig, script: str) -> None:
+    check_known_keys(cfg, {"eval.py": EvalConfig, "export.py": ExportConfig}[script])
+    validate_placement(cfg)
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise UserError(f"run_dir is required: python {script} run_dir=outputs/<date>/<time> (a training run's "
                         "directory).")
@@ -100,7 +102,7 @@ def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
         raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): {what} go to its {out_name}/ "
                         "directory; copy the run somewhere writable and pass that run_dir.")
     candidates = _pick_steps(ckpts, cfg.checkpoint)
-    run = build(saved_train_config(ckpts, candidates[0], cfg))  # every step of a run shares one config
+    run = build(saved_train_config(ckpts, candidates[0], cfg), for_training=False)  # one config for all steps
     step, tree, meta = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
                                            candidates, hint="train the run again or pass another run_dir.")
     return run, step, tree["state"], meta

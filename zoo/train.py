@@ -70,11 +70,14 @@ def load_dataset_once(dataset_cfg, data_dir: str) -> Dataset:
     return data
 
 
-def build(cfg: DictConfig) -> Run:
+def build(cfg: DictConfig, for_training: bool = True) -> Run:
+    """Everything a run needs; eval.py and export.py build a finished run's (for_training=False) on devices
+    that need not divide its train batch, since eval batches are padded."""
     validate(cfg)
     mode = make_mode(cfg.parallel, select_devices(cfg.parallel, cfg.distributed))  # before any JAX work
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
-    check_batch_divides(cfg.trainer.batch_size, mode.num_devices)
+    if for_training:
+        check_batch_divides(cfg.trainer.batch_size, mode.num_devices)
     data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
     task = TASKS[data.task]
     stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed)

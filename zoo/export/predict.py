@@ -17,11 +17,17 @@ from zoo.errors import UserError
 
 
 def _check_command(cfg: DictConfig) -> None:
+    from zoo.config import PredictConfig, check_known_keys  # the command's; predicting needs only jax and numpy
+
+    check_known_keys(cfg, PredictConfig)
     if OmegaConf.is_missing(cfg, "run_dir") or OmegaConf.is_missing(cfg, "input"):
         raise UserError("run_dir and input are required: python predict.py run_dir=outputs/<date>/<time> "
                         "input=FILE.npy|FILE.csv (a run exported with export.py).")
     if cfg.batch_size <= 0:
         raise UserError(f"batch_size must be a positive integer, got {cfg.batch_size}.")
+    if cfg.output is not None and os.path.isdir(cfg.output):
+        raise UserError(f"output={cfg.output} is a directory; name a .csv file to write, or leave output out to print "
+                        "to stdout.")
     if cfg.output is not None:
         parent = os.path.dirname(os.path.abspath(cfg.output))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
