@@ -4,6 +4,7 @@ Most rows run in-process (train(cfg) / evaluate(cfg) raising UserError); a few r
 the exit code and that no traceback reaches the terminal.
 """
 import errno
+import json
 import os
 import pathlib
 import re
@@ -362,6 +363,21 @@ def test_eval_on_corrupt_checkpoints(make_cfg, trained, caplog):
     for meta in (trained / "checkpoints").rglob("meta/metadata"):
         meta.write_text("{not json")
     with pytest.raises(UserError, match=r"checkpoint step 6 in .* has unreadable metadata"):
+        evaluate(eval_cfg(make_cfg, trained))
+
+
+def test_eval_over_damaged_metadata_uses_the_steps_that_are_readable(make_cfg, trained, caplog):
+    metas = {int(p.parent.parent.name): p for p in (trained / "checkpoints").rglob("meta/metadata")}
+    saved = {step: json.loads(path.read_text()) for step, path in metas.items()}
+    metas[6].write_text("{not json")  # the newest step's: latest falls back, best is chosen among the others
+    assert evaluate(eval_cfg(make_cfg, trained))["step"] == 4 and "Falling back" in caplog.text
+    scored = {step: meta["metrics"]["accuracy"] for step, meta in saved.items() if step != 6 and meta["metrics"]}
+    best = max(sorted(scored), key=scored.get)
+    assert evaluate(eval_cfg(make_cfg, trained, "checkpoint=best"))["step"] == best
+    for step, path in metas.items():  # a config from another version of the zoo: a setting it does not know
+        path.write_text(json.dumps({**saved[step], "config": {**saved[step]["config"], "bogus": 1}}))
+    with pytest.raises(UserError, match=r"the config saved in .*/checkpoints does not fit this version of the zoo "
+                                        r"\(Key 'bogus' not in 'TrainConfig'\); evaluate it with the version that "):
         evaluate(eval_cfg(make_cfg, trained))
 
 

@@ -134,11 +134,19 @@ class Checkpoints:
     def best_step(self, metric=None, mode=None):
         """Step with the best eval `metric` (default: the one this manager keeps the best by)."""
         metric, mode = metric or self.metric, mode or self.mode
-        scored = [(self.meta(s).get("metrics"), s) for s in self.steps()]
+        scored = [(self._metrics_or_none(s), s) for s in self.steps()]
         scored = [(m[metric], s) for m, s in scored if m and metric in m]
         if not scored:
             return None
         return (max if mode == "max" else min)(scored)[1]
+
+    def _metrics_or_none(self, step: int):
+        try:
+            return self.meta(step).get("metrics")
+        except Exception:  # noqa: BLE001 — a step with damaged metadata cannot be restored either: not a candidate
+            log.warning("checkpoint step %d in %s has unreadable metadata; it is not a candidate for the best",
+                        step, self.directory)
+            return None
 
     def wait(self) -> None:
         self._surface_errors(self.manager.wait_until_finished, self._pending)

@@ -59,21 +59,34 @@ def _pick_steps(ckpts: Checkpoints, which) -> list:
 def _best_settings(ckpts: Checkpoints) -> dict:
     from zoo.tasks import TASKS
 
-    saved = OmegaConf.create(ckpts.meta(ckpts.steps()[-1])["config"])
+    saved = OmegaConf.create(_readable_meta(ckpts, list(reversed(ckpts.steps())))["config"])
     settings = checkpoint_settings(saved, TASKS[saved.dataset.task])
     return {"metric": settings["metric"], "mode": settings["mode"]}
 
 
-def saved_train_config(ckpts: Checkpoints, step: int, cfg: DictConfig) -> DictConfig:
-    """The run's own config, checked against the allow-list, with this command's overrides for placement."""
-    try:
-        saved = ckpts.meta(step)["config"]
-    except Exception as e:
-        raise UserError(f"checkpoint step {step} in {ckpts.directory} has unreadable metadata ({e}).") from None
+def _readable_meta(ckpts: Checkpoints, steps: list) -> dict:
+    """The metadata of the first of `steps` that has readable metadata (every step of a run holds its config)."""
+    first_error = None
+    for step in steps:
+        try:
+            return ckpts.meta(step)
+        except Exception as e:  # noqa: BLE001 — orbax raises many types for a damaged file
+            first_error = first_error or e
+    raise UserError(f"checkpoint step {steps[0]} in {ckpts.directory} has unreadable metadata ({first_error}).")
+
+
+def saved_train_config(ckpts: Checkpoints, steps: list, cfg: DictConfig) -> DictConfig:
+    """The run's own config, from the first of `steps` with readable metadata, checked against the allow-list,
+    with this command's overrides for placement."""
+    saved = _readable_meta(ckpts, steps)["config"]
     if saved.get("dataset", {}).get("tfds_name") != "zoo_synthetic_linear":
         for key in GENERATOR_KEYS:  # runs saved before these keys became synthetic_linear's alone
             saved.get("dataset", {}).pop(key, None)
-    train_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
+    try:
+        train_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
+    except Exception as e:  # noqa: BLE001 — omegaconf's key and type errors
+        raise UserError(f"the config saved in {ckpts.directory} does not fit this version of the zoo "
+                        f"({str(e).splitlines()[0]}); evaluate it with the version that trained it.") from None
     try:
         check_targets(train_cfg)  # before anything is instantiated
     except UserError as e:
@@ -102,7 +115,7 @@ def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
         raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): {what} go to its {out_name}/ "
                         "directory; copy the run somewhere writable and pass that run_dir.")
     candidates = _pick_steps(ckpts, cfg.checkpoint)
-    run = build(saved_train_config(ckpts, candidates[0], cfg), for_training=False)  # one config for all steps
+    run = build(saved_train_config(ckpts, candidates, cfg), for_training=False)
     step, tree, meta = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
                                            candidates, hint="train the run again or pass another run_dir.")
     return run, step, tree["state"], meta
