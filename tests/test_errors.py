@@ -70,8 +70,9 @@ def test_a_key_added_with_plus_is_refused_not_ignored(make_cfg):
 # --- Values refused before any JAX work, or before compiling (exit 2) ------------------------------------------
 
 BAD_VALUES = [
-    ("optimizer.learning_rate=0", r"optimizer\.learning_rate must be a positive number, got 0\."),
-    ("optimizer.learning_rate=-1e-3", r"optimizer\.learning_rate must be a positive number, got -0\.001\."),
+    ("optimizer.learning_rate=0", r"optimizer\.learning_rate must be a positive finite number, got 0\."),
+    ("optimizer.learning_rate=-1e-3", r"optimizer\.learning_rate must be a positive finite number, got -0\.001\."),
+    ("optimizer.learning_rate=inf", r"optimizer\.learning_rate must be a positive finite number, got inf\."),
     ("trainer.batch_size=0", r"trainer\.batch_size must be a positive integer, got 0\."),
     ("trainer.batch_size=5000", r"trainer\.batch_size=5000 is larger than the train split \(1438 examples\); "
                                 r"lower trainer\.batch_size\."),
@@ -287,6 +288,20 @@ def test_resume_over_damaged_checkpoints_says_damaged_not_different(make_cfg, tm
 def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
     with pytest.raises(UserError, match=r"trainer\.resume=.*nowhere is not a checkpoint directory; use auto, never"):
         train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'nowhere'}"))
+    train(make_cfg("debug=smoke", out="earlier"))
+    with pytest.raises(UserError, match=r"trainer\.resume=.*/earlier is a run directory; pass its checkpoints: "
+                                        r"trainer\.resume=.*/earlier/checkpoints\."):
+        train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'earlier'}"))
+
+
+@pytest.mark.parametrize("embedded, message", [
+    ("true", r"dataset\.tfds_name=no_such_ds is not an embedded dataset \(zoo_diabetes, zoo_digits, "
+             r"zoo_synthetic_linear\); set dataset\.embedded=false"),
+    ("false", r"dataset\.tfds_name=no_such_ds is neither prepared in paths\.data_dir=.* nor a TFDS catalog dataset; "
+              r"check its spelling")])
+def test_an_unknown_dataset_name_is_one_sentence(make_cfg, embedded, message):
+    with pytest.raises(UserError, match=message):
+        train(make_cfg("debug=smoke", "dataset.tfds_name=no_such_ds", f"dataset.embedded={embedded}"))
 
 
 def test_a_finished_run_without_checkpoints_is_not_overwritten(make_cfg, tmp_path):

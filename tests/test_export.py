@@ -202,6 +202,13 @@ def test_predict_without_an_export_or_arguments(tmp_path):
         predict(predict_cfg())
     with pytest.raises(UserError, match=r"has no readable export .*; run `python export\.py run_dir=.*` first\."):
         predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy"))
+    (tmp_path / "export").mkdir()
+    for signature, model in (({"model": "model.jax", "input": {"shape": [None, 8]}, "task": "regression"}, b"\0" * 9),
+                             ([], b""), ({"model": "model.jax", "task": "regression"}, b"")):
+        (tmp_path / "export" / "signature.json").write_text(json.dumps(signature))
+        (tmp_path / "export" / "model.jax").write_bytes(model)  # damaged, or beside a damaged signature
+        with pytest.raises(UserError, match=r"has no readable export \(.*\); run `python export\.py run_dir="):
+            predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy"))
     with pytest.raises(UserError, match=r"output=.*/nodir/p\.csv cannot be written: .*/nodir is not a writable dir"):
         predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy", f"output={tmp_path / 'nodir' / 'p.csv'}"))
     with pytest.raises(UserError, match=r"output=.* is a directory; name a \.csv file to write, or leave output out"):

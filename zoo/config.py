@@ -1,4 +1,5 @@
 """Structured config schema (type and key checks at compose time) and value checks before any JAX work."""
+import math
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -180,7 +181,7 @@ def is_number(value) -> bool:
 
 
 def _positive_number(value) -> bool:
-    return is_number(value) and value > 0
+    return is_number(value) and 0 < value < math.inf
 
 
 def check_known_keys(cfg: DictConfig, schema_class) -> None:
@@ -231,7 +232,7 @@ def validate(cfg: DictConfig) -> None:
     _require(t.nan_check in ("log", "step"), f"trainer.nan_check must be 'log' or 'step', got {t.nan_check!r}.")
     _require(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be an integer >= 0, got {cfg.seed!r}.")
     lr = cfg.optimizer.get("learning_rate")
-    _require(_positive_number(lr), f"optimizer.learning_rate must be a positive number, got {lr!r}.")
+    _require(_positive_number(lr), f"optimizer.learning_rate must be a positive finite number, got {lr!r}.")
     for key, low, high in (("weight_decay", 0.0, None), ("momentum", 0.0, 1.0)):  # optax accepts any float
         value = cfg.optimizer.get(key)
         _require(value is None or (is_number(value) and low <= value and (high is None or value < high)),

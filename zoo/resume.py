@@ -62,6 +62,9 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     elif not os.path.isdir(resume):
         raise UserError(f"trainer.resume={resume} is not a checkpoint directory; use auto, never or the "
                         "checkpoints/ directory of an earlier run.")
+    elif os.path.isdir(os.path.join(resume, "checkpoints")):
+        raise UserError(f"trainer.resume={resume} is a run directory; pass its checkpoints: trainer.resume="
+                        f"{os.path.join(resume, 'checkpoints')}.")
     else:
         source = Checkpoints(resume, read_only=True)
     saved_config, current = _newest_readable_meta(source)["config"], OmegaConf.to_container(cfg, resolve=True)

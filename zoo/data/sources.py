@@ -30,6 +30,9 @@ def _embedded_kwargs(cfg) -> dict:
 
 
 def _prepare_embedded(cfg, data_dir: str):
+    if cfg.tfds_name not in BUILDERS:
+        raise UserError(f"dataset.tfds_name={cfg.tfds_name} is not an embedded dataset ({', '.join(sorted(BUILDERS))}); "
+                        "set dataset.embedded=false to read a TFDS catalog dataset.")
     builder = BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
     try:
         os.makedirs(data_dir, exist_ok=True)
@@ -79,6 +82,11 @@ def _open_catalog(cfg, data_dir: str):
         return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=False)
     except Exception:  # not prepared (tfds raises several types); try to download below
         pass
+    try:
+        tfds.builder_cls(cfg.tfds_name)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise UserError(f"dataset.tfds_name={cfg.tfds_name} is neither prepared in paths.data_dir={data_dir} nor a "
+                        "TFDS catalog dataset; check its spelling (e.g. mnist, cifar10, fashion_mnist).") from None
     if not _network_reachable():
         raise _catalog_error(cfg, data_dir, ConnectionError(f"no network: {PROBE_HOST} does not resolve"))
     try:

@@ -41,9 +41,10 @@ def load_export(run_dir: str):
     try:
         with open(os.path.join(directory, "signature.json")) as f:
             signature = json.load(f)
+        _ = signature["input"]["shape"][1:], signature["task"]  # what predicting reads of it
         with open(os.path.join(directory, signature["model"]), "rb") as f:
             exported = jax.export.deserialize(bytearray(f.read()))
-    except (OSError, ValueError, KeyError) as e:
+    except Exception as e:  # noqa: BLE001 — a damaged artifact fails in the reader or deserializer in many ways
         raise UserError(f"run_dir={run_dir} has no readable export ({type(e).__name__}: {e}); run "
                         f"`python export.py run_dir={run_dir}` first.") from None
     if jax.default_backend() not in exported.platforms:
