@@ -396,6 +396,16 @@ def test_eval_over_damaged_metadata_uses_the_steps_that_are_readable(make_cfg, t
         evaluate(eval_cfg(make_cfg, trained))
 
 
+def test_a_damaged_saved_metric_is_one_sentence_for_eval_and_resume(make_cfg, trained):
+    damaged = next((trained / "checkpoints").rglob("metrics/metrics"))  # orbax reads these when it opens the run
+    damaged.write_text("")
+    message = r"the checkpoints in .*/checkpoints cannot be opened \(JSONDecodeError: .*\); move the damaged step out"
+    with pytest.raises(UserError, match=message):
+        evaluate(eval_cfg(make_cfg, trained))
+    with pytest.raises(UserError, match=message):
+        train(make_cfg("debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2", "trainer.max_steps=8"))
+
+
 def test_eval_choices_that_are_not_in_the_run(make_cfg, trained):
     with pytest.raises(UserError, match=r"checkpoint=5 is not in .*; use latest, best or one of the steps \[2, 4, 6\]"):
         evaluate(eval_cfg(make_cfg, trained, "checkpoint=5"))
