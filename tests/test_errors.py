@@ -331,15 +331,36 @@ def test_a_finished_run_run_again_reports_its_results_and_writes_nothing(make_cf
     assert {name: (tmp_path / "run" / name).read_bytes() for name in files} == files
 
 
-@pytest.mark.parametrize("changed", ["optimizer.learning_rate=0.01", "seed=5", "trainer.max_steps=4"])
+@pytest.mark.parametrize("changed", ["optimizer.learning_rate=0.01", "seed=5", "trainer.batch_size=8"])
 def test_a_finished_run_asked_for_other_settings_is_refused(make_cfg, tmp_path, changed):
     train(make_cfg("debug=smoke"))
     results = (tmp_path / "run" / "results.json").read_text()
     key = changed.partition("=")[0].replace(".", r"\.")
     with pytest.raises(UserError, match=rf"hydra\.run\.dir=.*/run already holds a finished run trained with other "
-                                        rf"settings: {key} \(.*; choose a new hydra\.run\.dir"):
+                                        rf"settings: {key} \(.*\); choose a new hydra\.run\.dir\.$"):
         train(make_cfg("debug=smoke", changed))
     assert (tmp_path / "run" / "results.json").read_text() == results
+    with pytest.raises(UserError, match=r"hydra\.run\.dir=.*/run holds a run at step 6, past the 4 steps "
+                                        r"trainer\.epochs and trainer\.max_steps now give"):
+        train(make_cfg("debug=smoke", "trainer.max_steps=4"))
+
+
+def test_a_finished_run_is_compared_by_what_decides_its_results(make_cfg, tmp_path):
+    first = train(make_cfg("debug=smoke"))
+    for meta in (tmp_path / "run" / "checkpoints").rglob("meta/metadata"):  # saved before these settings existed
+        saved = json.loads(meta.read_text())
+        del saved["config"]["privacy"], saved["config"]["dataset"]["validation_fraction"]
+        meta.write_text(json.dumps(saved))
+    for same in (["privacy.l2_clip=2.0"], ["trainer.epochs=2"], ["trainer.early_stopping.min_delta=0.5"]):
+        assert train(make_cfg("debug=smoke", *same))["test"] == first["test"]  # unused here, or the same 6 steps
+
+
+def test_results_written_before_the_runs_last_step_are_written_again(make_cfg, tmp_path):
+    first = train(make_cfg("debug=smoke"))
+    path = tmp_path / "run" / "results.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "steps": 4}))  # stopped before rewriting them
+    again = train(make_cfg("debug=smoke"))
+    assert again["steps"] == 6 and json.loads(path.read_text())["steps"] == 6 and again["test"] == first["test"]
 
 
 # --- Evaluating a run ----------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from conftest import CONF
 from zoo.errors import UserError
 from zoo.sweeps import trial_link
 from zoo.sweeps.config import GridSamplerConfig, MedianPrunerConfig, TPESamplerConfig
+from zoo.sweeps import optuna_sweeper
 from zoo.sweeps.optuna_sweeper import OptunaSweep
 
 PARAMS = {"optimizer.learning_rate": "tag(log, interval(1e-4, 1e-1))", "trainer.batch_size": "choice(16, 32, 64)",
@@ -175,41 +176,66 @@ def stop_a_sweep(tmp_path, storage: str, n_jobs: int) -> list:
     return stopped.asked
 
 
-def test_trials_a_stopped_sweep_left_running_are_settled_first(tmp_path):
+@pytest.fixture
+def runs_jobs_here(monkeypatch):
+    """The recording launcher stands for a launcher whose jobs end with the sweep's process (basic, population)."""
+    monkeypatch.setattr(optuna_sweeper, "IN_PROCESS_LAUNCHERS", ("RecordingLauncher", "StoppedLauncher"))
+
+
+STOPPED = {"status": "failed", "error": "Preempted", "reason": "stopped by SIGTERM at step 200"}
+
+
+def test_trials_a_stopped_sweep_left_running_are_settled_first(tmp_path, runs_jobs_here):
     storage = f"sqlite:///{tmp_path}/optuna.db"
-    asked = stop_a_sweep(tmp_path, storage, n_jobs=4)
+    asked = stop_a_sweep(tmp_path, storage, n_jobs=5)
     interrupted = "2026-12-01_12-00-00_lr=1e-3,0"  # characters an override must escape
-    save_job_dir(tmp_path, interrupted, 0, "test", failure={"status": "failed", "error": "Preempted",
-                                                              "reason": "stopped by SIGTERM at step 200"})
+    save_job_dir(tmp_path, interrupted, 0, "test", failure=STOPPED)
     save_job_dir(tmp_path, "other_1", 1, "another_study")  # trial 1 never started; this is not its directory
     save_job_dir(tmp_path, "done_2", 2, "test", results={"objective": 0.5})  # ended before the stop
     save_job_dir(tmp_path, "pruned_3", 3, "test", failure={"status": "pruned", "error": "TrialPruned",
                                                            "reason": "pruned at step 100"})
+    save_job_dir(tmp_path, "it's_4", 4, "test")  # killed: nothing written; a quote in its name
     launcher = RecordingLauncher()
     make_sweep(tmp_path, launcher, storage=storage, n_trials=2, n_jobs=2).sweep([])
-    assert [(idx, len(batch)) for idx, batch in launcher.calls] == [(0, 2), (4, 2)]  # then 2 new trials
-    first, second = launcher.calls[0][1]
+    assert [(idx, len(batch)) for idx, batch in launcher.calls] == [(0, 2), (4, 1), (5, 2)]  # then 2 new trials
+    (first, second), (fifth,) = launcher.calls[0][1], launcher.calls[1][1]
     assert first[:-2] == asked[0] and second[:-1] == asked[1]  # their own parameters; 1 in a new directory
-    subdir = OverridesParser.create().parse_overrides([first[-2]])[0]
-    assert (subdir.key_or_group, subdir.value()) == ("hydra.sweep.subdir", interrupted)
+    for overrides, job_dir in ((first, interrupted), (fifth, "it's_4")):
+        subdir = OverridesParser.create().parse_overrides([overrides[-2]])[0]
+        assert (subdir.key_or_group, subdir.value()) == ("hydra.sweep.subdir", job_dir)
     study = optuna.load_study(study_name="test", storage=storage)
     states = [t.state.name for t in study.trials]
-    assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "PRUNED", "COMPLETE", "COMPLETE"]
+    assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "PRUNED", "COMPLETE", "COMPLETE", "COMPLETE"]
     assert [t.value for t in study.trials[:3]] == [score(dict(o.split("=", 1) for o in overrides))
                                                    for overrides in asked[:2]] + [0.5]
     assert study.trials[2].user_attrs["run_dir"] == str(tmp_path / "done_2")
 
 
-def test_with_resume_never_a_stopped_trial_starts_again_in_a_new_directory(tmp_path):
+def test_with_a_launcher_running_jobs_elsewhere_only_trials_that_saved_a_stop_run_again(tmp_path):
     storage = f"sqlite:///{tmp_path}/optuna.db"
-    asked = stop_a_sweep(tmp_path, storage, n_jobs=1)
-    save_job_dir(tmp_path, "stopped_0", 0, "test")
+    asked = stop_a_sweep(tmp_path, storage, n_jobs=3)
+    save_job_dir(tmp_path, "0", 0, "test", failure=STOPPED)
+    save_job_dir(tmp_path, "1", 1, "test")  # its job may still be running on the cluster; 2 may be queued
+    launcher = RecordingLauncher()
+    make_sweep(tmp_path, launcher, storage=storage, n_trials=1).sweep([])
+    assert [(idx, [o[:-2] for o in batch]) for idx, batch in launcher.calls[:1]] == [(0, [asked[0]])]
+    assert [idx for idx, _ in launcher.calls] == [0, 3]
+    states = [t.state.name for t in optuna.load_study(study_name="test", storage=storage).trials]
+    assert states == ["COMPLETE", "RUNNING", "RUNNING", "COMPLETE"]
+
+
+def test_with_resume_never_a_stopped_trial_fails_and_new_ones_follow(tmp_path, runs_jobs_here):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    stop_a_sweep(tmp_path, storage, n_jobs=1)
+    save_job_dir(tmp_path, "0", 0, "test", failure=STOPPED)
     launcher = RecordingLauncher()
     sweep = make_sweep(tmp_path, launcher, storage=storage, n_trials=1)
     sweep.config = OmegaConf.merge(sweep.config, {"trainer": {"resume": "never"}})
     sweep.sweep([])
-    idx, [overrides] = launcher.calls[0]
-    assert idx == 0 and overrides[:-1] == asked[0]  # its own parameters, and no hydra.sweep.subdir
+    assert [idx for idx, _ in launcher.calls] == [1]  # job 0's directory holds the stopped run: not touched
+    trials = optuna.load_study(study_name="test", storage=storage).trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[0].user_attrs["fail_reason"] == "stopped before it finished; trainer.resume=never does not continue it"
 
 
 @pytest.mark.parametrize("settings, message", [

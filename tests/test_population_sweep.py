@@ -139,6 +139,17 @@ def test_sigterm_saves_every_member_and_the_same_command_resumes(data_dir, make_
         assert final_states(sweep / job, cfg) == final_states(cfg.paths.output_dir, cfg)  # bitwise
 
 
+def test_finished_members_rerun_report_their_results_and_keep_their_record(data_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    multirun(data_dir, sweep, "hydra/launcher=population", "seed=0,1")
+    kept = {p: p.read_bytes() for job in ("0", "1") for p in [*(sweep / job / ".hydra").iterdir(),
+                                                             sweep / job / "results.json", sweep / job / "metrics.jsonl"]}
+    again = multirun(data_dir, sweep, "hydra/launcher=population", "seed=0,1", "optimized_metric=test/loss")
+    assert "already holds this finished run" in again.stderr + again.stdout
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert [r["status"] for r in summary_rows(sweep)] == ["completed", "completed"]
+
+
 def test_sigterm_in_an_optuna_sweep_and_the_same_command_continues_its_trials(data_dir, tmp_path):
     import signal
 

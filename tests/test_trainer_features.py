@@ -93,6 +93,8 @@ def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, t
     again = train(make_cfg(*STOPPING))  # the same command on a stopped run does not train on: its results stand
     assert again["steps"] == 6 and again["test"] == results["test"]
     assert read_jsonl(tmp_path / "run" / "metrics.jsonl") == logged
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(again["state"].params),
+                                                    jax.tree.leaves(results["state"].params)))  # the best, again
 
 
 def test_early_stopping_patience_survives_preemption(make_cfg, monkeypatch):

@@ -86,7 +86,7 @@ class Checkpoints:
         except OSError as e:  # a file in the way, read-only file system
             raise UserError(f"cannot create checkpoints in {self.directory} ({e.strerror or e}); choose a "
                             "writable hydra.run.dir (or paths.output_dir).") from None
-        except Exception as e:  # noqa: BLE001 — orbax reads each step's saved metrics here; one is damaged
+        except ValueError as e:  # orbax reads each step's saved metrics here; one is damaged
             raise UserError(f"the checkpoints in {self.directory} cannot be opened ({type(e).__name__}: "
                             f"{str(e).splitlines()[0][:200] if str(e) else ''}); move the damaged step out of it "
                             "or start in a new hydra.run.dir.") from None

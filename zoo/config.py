@@ -263,6 +263,16 @@ def validate(cfg: DictConfig) -> None:
 GENERATOR_KEYS = ("num_examples", "num_features", "noise")
 
 
+def saved_with_defaults(saved: dict) -> DictConfig:
+    """A run's saved config on this version's schema: settings added since it was saved take their defaults.
+    Raises omegaconf's errors for a setting this version does not have."""
+    saved = {**saved, "dataset": dict(saved.get("dataset", {}))}
+    if saved["dataset"].get("tfds_name") != "zoo_synthetic_linear":
+        for key in GENERATOR_KEYS:  # runs saved before these keys became synthetic_linear's alone
+            saved["dataset"].pop(key, None)
+    return OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
+
+
 def _validate_generator(d: DictConfig) -> None:
     """num_examples/num_features/noise generate synthetic_linear; anywhere else they would be silently ignored."""
     if d.tfds_name != "zoo_synthetic_linear":

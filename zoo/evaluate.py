@@ -7,7 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, restore_latest_good
 from zoo.cli import unwritable_reason
-from zoo.config import GENERATOR_KEYS, EvalConfig, ExportConfig, TrainConfig, check_known_keys, validate_placement
+from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate_placement
 from zoo.errors import UserError
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
@@ -79,11 +79,8 @@ def saved_train_config(ckpts: Checkpoints, steps: list, cfg: DictConfig) -> Dict
     """The run's own config, from the first of `steps` with readable metadata, checked against the allow-list,
     with this command's overrides for placement."""
     saved = _readable_meta(ckpts, steps)["config"]
-    if saved.get("dataset", {}).get("tfds_name") != "zoo_synthetic_linear":
-        for key in GENERATOR_KEYS:  # runs saved before these keys became synthetic_linear's alone
-            saved.get("dataset", {}).pop(key, None)
     try:
-        train_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
+        train_cfg = saved_with_defaults(saved)
     except Exception as e:  # noqa: BLE001 — omegaconf's key and type errors
         raise UserError(f"the config saved in {ckpts.directory} does not fit this version of the zoo "
                         f"({str(e).splitlines()[0]}); evaluate it with the version that trained it.") from None

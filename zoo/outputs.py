@@ -21,7 +21,7 @@ from zoo.loop import NonFiniteLoss, metric_summary
 from zoo.optim import learning_rate_at
 from zoo.parallel.distributed import is_primary
 from zoo.privacy.plan import EpsilonLogger
-from zoo.resume import RESULT_DEFINING, changed_settings, checkpoint_settings, find_start
+from zoo.resume import checkpoint_settings, find_start, result_changes
 from zoo.run_logger import RunLogger
 
 log = logging.getLogger("zoo")
@@ -107,8 +107,14 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         start_step, restored, meta = find_start(cfg, ckpts, target)
         if early is not None and meta:
             early.load_state_dict(meta.get("early_stopping"))
-        ended = start_step >= total_steps or (early is not None and early.stopped_step is not None)
-        recorded = _recorded_results(cfg, task, results_path, meta) if restored is not None and ended else None
+        stopped_early = early is not None and early.stopped_step is not None
+        if restored is not None and start_step > total_steps and not stopped_early:
+            raise UserError(f"hydra.run.dir={out_dir} holds a run at step {start_step}, past the {total_steps} steps "
+                            "trainer.epochs and trainer.max_steps now give; restore them or choose a new "
+                            "hydra.run.dir.")
+        ended = start_step == total_steps or stopped_early
+        recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
+            else None
     except BaseException:  # refused (other settings, resume=never): release the manager opened above
         if ckpts is not None:
             ckpts.close()
@@ -117,7 +123,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     if restored is not None:
         host_state, sums = restored["state"], restored["sums"]
     if recorded is not None:  # nothing to train or write: the run's record stays as it was
-        run_record.restore(out_dir)
+        if not population_member:  # a population's launcher writes its members' records later, and restores them
+            run_record.restore(out_dir)
         log.info("hydra.run.dir=%s already holds this finished run; its results.json stands (test: %s)",
                  os.path.abspath(out_dir), metric_summary(recorded.get("test", {})))
         return RunOutputs(cfg, task, total_steps, ckpts, RunLogger(out_dir, cfg.logger, total_steps, enabled=False),
@@ -155,21 +162,27 @@ def _saver(cfg: DictConfig, ckpts, stream, early=None):
     return save
 
 
-def _recorded_results(cfg: DictConfig, task, results_path: str, meta: dict):
-    """The results of a run that has nothing left to train, with this command's objective; None when it has no
-    results.json (it was stopped before writing it: finishing it writes one). A command with other settings is
-    refused: the run would report results it was not trained with."""
+class RecordedResults(dict):
+    """A finished run's results.json, reported again by a command that trained nothing."""
+
+
+def _recorded_results(cfg: DictConfig, task, results_path: str, meta: dict, step: int):
+    """The results of a run with nothing left to train, with this command's objective; None when its results.json
+    is missing or from before it reached `step` (it was stopped between its last checkpoint and writing them:
+    finishing it writes them). A command with other settings is refused: the run would report results it was
+    not trained with."""
     try:
         with open(results_path) as f:
             results = json.load(f)
     except (OSError, ValueError):
         return None
-    changed = changed_settings(meta["config"], OmegaConf.to_container(cfg, resolve=True), RESULT_DEFINING)
+    if results.get("steps") != step:
+        return None
+    changed = result_changes(meta["config"], cfg)
     if changed:
         raise UserError(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
-                        f"settings: {'; '.join(changed)}; choose a new hydra.run.dir (a larger trainer.max_steps or "
-                        "trainer.epochs continues this one).")
-    return {**results, "objective": objective_of(cfg, results, task)}
+                        f"settings: {'; '.join(changed)}; choose a new hydra.run.dir.")
+    return RecordedResults(results, objective=objective_of(cfg, results, task))
 
 
 def objective_of(cfg: DictConfig, results: dict, task):

@@ -16,9 +16,11 @@ log = logging.getLogger("zoo")
 STATE_DEFINING = ("model", "dataset", "optimizer._target_", "schedule", "trainer.clip_norm", "trainer.accumulate")
 # May change, e.g. a lower learning rate for the rest of a run; named when the state then does not restore.
 STATE_SHAPING = ("optimizer", "schedule", "trainer.ema_decay")
-# What a finished run's results depend on: a command asking for other values of these cannot report them.
-RESULT_DEFINING = STATE_DEFINING + STATE_SHAPING + (
-    "seed", "privacy", "trainer.batch_size", "trainer.epochs", "trainer.max_steps", "trainer.early_stopping")
+# What a finished run's results depend on besides its length (compared as the steps it gives): a command asking
+# for other values cannot report them. Privacy and early stopping settings count where either side uses them.
+RESULT_DEFINING = STATE_DEFINING + STATE_SHAPING + ("seed", "trainer.batch_size")
+PRIVACY_DEFINING = ("privacy",)
+EARLY_STOPPING_DEFINING = ("trainer.early_stopping", "trainer.eval_every", "checkpoint.metric", "checkpoint.mode")
 
 
 def _flatten(tree, prefix=""):
@@ -34,6 +36,28 @@ def changed_settings(saved: dict, current: dict, prefixes=STATE_DEFINING) -> lis
     old, new = _flatten(saved), _flatten(current)
     keys = {k for k in old.keys() | new.keys() if any(k == p or k.startswith(p + ".") for p in prefixes)}
     return sorted(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in keys if old.get(k) != new.get(k))
+
+
+def _with_defaults(saved: dict) -> dict:
+    """A saved config with the settings added since it was saved at their defaults, to compare with a new one."""
+    from zoo.config import saved_with_defaults
+
+    try:
+        return OmegaConf.to_container(saved_with_defaults(saved), resolve=True)
+    except Exception:  # noqa: BLE001 — a setting this version lacks: compared as saved, and so reported
+        return saved
+
+
+def result_changes(saved: dict, cfg: DictConfig) -> list:
+    """The settings of `cfg` that differ from a finished run's saved config and decide its results."""
+    current, saved = OmegaConf.to_container(cfg, resolve=True), _with_defaults(saved)
+    prefixes = RESULT_DEFINING
+    if "dpsgd" in ((saved.get("privacy") or {}).get("mode"), current["privacy"]["mode"]):
+        prefixes += PRIVACY_DEFINING
+    if any(((c.get("trainer") or {}).get("early_stopping") or {}).get("patience") is not None
+           for c in (saved, current)):
+        prefixes += EARLY_STOPPING_DEFINING
+    return changed_settings(saved, current, prefixes)
 
 
 def checkpoint_settings(cfg: DictConfig, task) -> dict:
@@ -72,7 +96,8 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
         check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
     except UserError as e:
         raise UserError(f"the config saved in {source.directory} is refused: {e}") from None
-    changed = changed_settings(saved_config, current, STATE_DEFINING + resume_defining(saved_config, current))
+    changed = changed_settings(_with_defaults(saved_config), current,
+                               STATE_DEFINING + resume_defining(saved_config, current))
     if changed:
         raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
                         f"{'; '.join(changed)}; restore those settings or start in a new hydra.run.dir.")

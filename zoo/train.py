@@ -13,6 +13,7 @@ from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
 from zoo.data.feed import TrainFeed, fits_on_device
 from zoo.errors import UserError
 from zoo.loop import DEFAULT_STEPS_PER_CALL, Compiled, call_length, evaluate, fit, total_steps_for
+from zoo.early_stopping import restore_best
 from zoo.ema import evaluating_averaged
 from zoo.optim import build_optimizer, check_run_length
 from zoo.outputs import open_outputs
@@ -116,8 +117,11 @@ def train(cfg: DictConfig) -> dict:
     out = open_outputs(cfg, compiled.task, run.stream, run.total_steps, run.host_state, compiled.zero_sums,
                        run.privacy)
     if out.recorded is not None:  # finished before this command, with these settings
-        out.close()
-        return {**out.recorded, "state": out.host_state}
+        try:  # with early stopping the run reports its best checkpoint, not its last
+            state = out.host_state if out.early is None else restore_best(out.ckpts, out.target)[1]
+        finally:
+            out.close()
+        return {**out.recorded, "state": state}
     state = mode.put_state(out.host_state)
     model = describe(cfg, run, state, out.logger, call_length(cfg.trainer, compiled.steps_per_call,
                                                                   out.end_step - out.start_step))

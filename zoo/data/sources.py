@@ -87,6 +87,8 @@ def _open_catalog(cfg, data_dir: str):
     except tfds.core.registered.DatasetNotFoundError:
         raise UserError(f"dataset.tfds_name={cfg.tfds_name} is neither prepared in paths.data_dir={data_dir} nor a "
                         "TFDS catalog dataset; check its spelling (e.g. mnist, cifar10, fashion_mnist).") from None
+    except Exception:  # noqa: BLE001 — a name with a version or config (mnist:3.*.*): the download decides
+        pass
     if not _network_reachable():
         raise _catalog_error(cfg, data_dir, ConnectionError(f"no network: {PROBE_HOST} does not resolve"))
     try:

@@ -143,11 +143,16 @@ def _hand_backs(outcomes: list) -> list:
 
 def _hand_back(outcome, traceback, cfg):
     """The job's task: the zoo's own wrapper (exit codes, multirun rules) around the population's outcome."""
+    from zoo import run_record
     from zoo.cli import run_task
+    from zoo.outputs import RecordedResults
 
     def result(_):
         if isinstance(outcome, BaseException):
             raise outcome.with_traceback(traceback)
         return outcome
 
-    return run_task(result, cfg)
+    returned = run_task(result, cfg)
+    if isinstance(outcome, RecordedResults):  # a run finished before this sweep keeps the record it had
+        run_record.restore(cfg.paths.output_dir)
+    return returned

@@ -10,6 +10,7 @@ import math
 import os
 
 from hydra._internal.grammar.utils import escape_special_characters
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.utils import instantiate
@@ -22,6 +23,7 @@ from zoo.sweeps.search_space import parse_search_space
 
 log = logging.getLogger(__name__)
 DIRECTIONS = ("minimize", "maximize")
+IN_PROCESS_LAUNCHERS = ("BasicLauncher", "PopulationLauncher")  # their jobs end with the sweep's process
 
 
 def build_optuna_object(node, module_name: str, base_name: str, setting: str):
@@ -145,26 +147,37 @@ class OptunaSweep:
         trials RUNNING. Rerunning the command settles them first: a trial whose job had ended is told what its
         files say; the others run again with their own parameters and numbers, each in its own job directory
         when it has one, so it continues from its checkpoint. One command works on a study at a time, as job
-        number = trial number already assumes."""
+        number = trial number already assumes; with a launcher whose jobs run in other processes (submitit),
+        whose jobs a stopped sweep does not stop, only trials whose job saved a stop are run again."""
         stopped = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         if not stopped:
             return
         sweep_dir = str(self.config.hydra.sweep.dir)
         job_dirs = trial_link.job_dirs(sweep_dir, study.study_name, {t.number for t in stopped})
-        to_run = []
+        here = type(self.launcher).__name__ in IN_PROCESS_LAUNCHERS
+        never = OmegaConf.select(self.config, "trainer.resume") == "never"
+        to_run, left = [], []
         for trial in (optuna.Trial(study, t._trial_id) for t in stopped):  # the public way to a stored trial
             job_dir = job_dirs.get(trial.number)
-            ended = job_dir and trial_link.ended_before_the_stop(os.path.join(sweep_dir, job_dir), sweep_dir)
-            if ended:
-                self._tell_ended(study, trial, ended, optuna)
+            outcome, row = ("unfinished", None) if job_dir is None else trial_link.job_outcome(
+                os.path.join(sweep_dir, job_dir), sweep_dir)
+            if outcome == "ended":
+                self._tell_ended(study, trial, row, optuna)
+            elif never:
+                trial.set_user_attr("fail_reason", "stopped before it finished; trainer.resume=never does not "
+                                                   "continue it")
+                self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
+            elif outcome == "unfinished" and not here:
+                left.append(trial.number)  # it may still be running where the launcher put it
+            elif job_dir is not None and _subdir_override(job_dir) is None:
+                trial.set_user_attr("fail_reason", f"stopped in {job_dir}, whose name Hydra cannot take back")
+                self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
             else:
                 to_run.append(trial)
-        if OmegaConf.select(self.config, "trainer.resume") == "never":
-            job_dirs = {}  # each starts again from scratch, in a new directory
-        again = ", ".join(str(t.number) for t in to_run)
-        log.info("Trial(s) %s of study %s were left unfinished by a stopped run; %s", ", ".join(
-                 str(t.number) for t in stopped), study.study_name, f"running {again} again" if again else
-                 "all of them had ended")
+        log.info("Trial(s) %s of study %s were left unfinished by a stopped run; running %s again%s",
+                 ", ".join(str(t.number) for t in stopped), study.study_name,
+                 ", ".join(str(t.number) for t in to_run) or "none",
+                 f"; {', '.join(map(str, left))} may still be running and stay RUNNING" if left else "")
         for batch in _consecutive_batches(to_run, self.n_jobs):
             self._run(study, batch, space, optuna, job_dirs)
 
@@ -183,7 +196,7 @@ class OptunaSweep:
     @staticmethod
     def _overrides(trial, space, job_dir=None) -> list:
         suggested = [f"{key}={value}" for key, value in trial.params.items()]
-        continued = [] if job_dir is None else [f"hydra.sweep.subdir={escape_special_characters(job_dir)}"]
+        continued = [] if job_dir is None else [_subdir_override(job_dir)]
         # The trial's number rides in the job's own config, so train() can report to it (zoo.sweeps.trial_link).
         return [*suggested, *space.fixed.values(), *continued,
                 f"++hydra.job.env_set.{trial_link.TRIAL_KEY}={trial.number}"]
@@ -237,6 +250,19 @@ class OptunaSweep:
             log.info("Pareto front: %d trials", len(study.best_trials))
         OmegaConf.save(OmegaConf.create(results), os.path.join(self.config.hydra.sweep.dir,
                                                                "optimization_results.yaml"))
+
+
+def _subdir_override(job_dir: str):
+    """`hydra.sweep.subdir=<job_dir>` as an override Hydra parses back to job_dir, or None if none does."""
+    quoted = "'" + job_dir.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    for value in (escape_special_characters(job_dir), quoted):
+        override = f"hydra.sweep.subdir={value}"
+        try:
+            if OverridesParser.create().parse_overrides([override])[0].value() == job_dir:
+                return override
+        except Exception:  # noqa: BLE001 — Hydra's parse errors
+            continue
+    return None
 
 
 def _consecutive_batches(trials: list, size: int) -> list:

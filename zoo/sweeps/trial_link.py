@@ -47,12 +47,16 @@ def job_dirs(sweep_dir: str, study_name: str, numbers: set) -> dict:
     return found
 
 
-def ended_before_the_stop(job_dir: str, sweep_dir: str):
-    """The job's summary row (zoo.sweeps.jobs.read_job) if it had ended when its sweep was stopped: completed,
-    pruned, or failed by something other than the stop. None for a job the stop interrupted."""
+def job_outcome(job_dir: str, sweep_dir: str) -> tuple:
+    """(what a stopped sweep's job had come to, its summary row from zoo.sweeps.jobs.read_job): "ended"
+    (completed, pruned, or failed by something other than the stop), "stopped" (the stop signal saved it) or
+    "unfinished" (nothing written: killed, or still running in another process)."""
     row = read_job(job_dir, sweep_dir)
-    interrupted = row["status"] == "failed" and row["reason"].startswith(f"{Preempted.__name__}:")
-    return None if row["status"] == "unfinished" or interrupted else row
+    if row["status"] == "unfinished":
+        return "unfinished", row
+    if row["status"] == "failed" and row["reason"].startswith(f"{Preempted.__name__}:"):
+        return "stopped", row
+    return "ended", row
 
 
 def _trial(storage, study_name, number: int, pruner_cfg):
