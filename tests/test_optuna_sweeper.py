@@ -235,7 +235,8 @@ def test_with_resume_never_a_stopped_trial_fails_and_new_ones_follow(tmp_path, r
     assert [idx for idx, _ in launcher.calls] == [1]  # job 0's directory holds the stopped run: not touched
     trials = optuna.load_study(study_name="test", storage=storage).trials
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
-    assert trials[0].user_attrs["fail_reason"] == "stopped before it finished; trainer.resume=never does not continue it"
+    assert trials[0].user_attrs["fail_reason"] == ("stopped before it finished; trainer.resume=never does not "
+                                                   "continue it")
 
 
 @pytest.mark.parametrize("settings, message", [

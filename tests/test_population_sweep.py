@@ -142,8 +142,9 @@ def test_sigterm_saves_every_member_and_the_same_command_resumes(data_dir, make_
 def test_finished_members_rerun_report_their_results_and_keep_their_record(data_dir, tmp_path):
     sweep = tmp_path / "sweep"
     multirun(data_dir, sweep, "hydra/launcher=population", "seed=0,1")
-    kept = {p: p.read_bytes() for job in ("0", "1") for p in [*(sweep / job / ".hydra").iterdir(),
-                                                             sweep / job / "results.json", sweep / job / "metrics.jsonl"]}
+    files = [p for job in ("0", "1") for p in [*(sweep / job / ".hydra").iterdir(), sweep / job / "results.json",
+                                               sweep / job / "metrics.jsonl"]]
+    kept = {p: p.read_bytes() for p in files}
     again = multirun(data_dir, sweep, "hydra/launcher=population", "seed=0,1", "optimized_metric=test/loss")
     assert "already holds this finished run" in again.stderr + again.stdout
     assert {p: p.read_bytes() for p in kept} == kept
@@ -161,7 +162,8 @@ def test_sigterm_in_an_optuna_sweep_and_the_same_command_continues_its_trials(da
     sweep = tmp_path / "sweep"
     args = ["-m", *TINY, "trainer.max_steps=3000", "trainer.log_every=1", "trainer.checkpoint_every=1000",
             "hydra/launcher=population", "hydra/sweeper=zoo_optuna", "hydra.sweeper.n_trials=2",
-            "hydra.sweeper.n_jobs=2", "hydra.sweeper.study_name=stop", f"hydra.sweeper.storage=sqlite:///{sweep}/optuna.db",
+            "hydra.sweeper.n_jobs=2", "hydra.sweeper.study_name=stop",
+            f"hydra.sweeper.storage=sqlite:///{sweep}/optuna.db",
             "hydra.sweeper.params={optimizer.learning_rate:'tag(log, interval(1e-4, 1e-2))'}",
             f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${now:%H-%M-%S-%f}_${hydra.job.num}"]  # as the presets
     proc = start(args, data_dir)

@@ -31,8 +31,9 @@ def _embedded_kwargs(cfg) -> dict:
 
 def _prepare_embedded(cfg, data_dir: str):
     if cfg.tfds_name not in BUILDERS:
-        raise UserError(f"dataset.tfds_name={cfg.tfds_name} is not an embedded dataset ({', '.join(sorted(BUILDERS))}); "
-                        "set dataset.embedded=false to read a TFDS catalog dataset.")
+        names = ", ".join(sorted(BUILDERS))
+        raise UserError(f"dataset.tfds_name={cfg.tfds_name} is not an embedded dataset ({names}); set "
+                        "dataset.embedded=false to read a TFDS catalog dataset.")
     builder = BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
     try:
         os.makedirs(data_dir, exist_ok=True)
