@@ -144,6 +144,18 @@ class Checkpoints:
             return None
         return (max if mode == "max" else min)(scored)[1]
 
+    def first_readable_meta(self, steps: list, hint: str = "") -> dict:
+        """The metadata of the first of `steps` that reads (every step of a run holds its config); a damaged step
+        is skipped, as restore_latest_good skips it. When none reads, a UserError names the first."""
+        first_error = None
+        for step in steps:
+            try:
+                return self.meta(step)
+            except Exception as e:  # noqa: BLE001 — orbax raises many types for a damaged file
+                first_error = first_error or e
+        raise UserError(f"checkpoint step {steps[0]} in {self.directory} has unreadable metadata ({first_error})"
+                        + (f"; {hint}" if hint else "."))
+
     def _metrics_or_none(self, step: int):
         try:
             return self.meta(step).get("metrics")

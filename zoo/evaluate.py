@@ -59,26 +59,15 @@ def _pick_steps(ckpts: Checkpoints, which) -> list:
 def _best_settings(ckpts: Checkpoints) -> dict:
     from zoo.tasks import TASKS
 
-    saved = OmegaConf.create(_readable_meta(ckpts, list(reversed(ckpts.steps())))["config"])
+    saved = OmegaConf.create(ckpts.first_readable_meta(list(reversed(ckpts.steps())))["config"])
     settings = checkpoint_settings(saved, TASKS[saved.dataset.task])
     return {"metric": settings["metric"], "mode": settings["mode"]}
-
-
-def _readable_meta(ckpts: Checkpoints, steps: list) -> dict:
-    """The metadata of the first of `steps` that has readable metadata (every step of a run holds its config)."""
-    first_error = None
-    for step in steps:
-        try:
-            return ckpts.meta(step)
-        except Exception as e:  # noqa: BLE001 — orbax raises many types for a damaged file
-            first_error = first_error or e
-    raise UserError(f"checkpoint step {steps[0]} in {ckpts.directory} has unreadable metadata ({first_error}).")
 
 
 def saved_train_config(ckpts: Checkpoints, steps: list, cfg: DictConfig) -> DictConfig:
     """The run's own config, from the first of `steps` with readable metadata, checked against the allow-list,
     with this command's overrides for placement."""
-    saved = _readable_meta(ckpts, steps)["config"]
+    saved = ckpts.first_readable_meta(steps)["config"]
     try:
         train_cfg = saved_with_defaults(saved)
     except Exception as e:  # noqa: BLE001 — omegaconf's key and type errors

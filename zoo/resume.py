@@ -5,7 +5,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.config import METRIC_MODES
+from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import UserError
 from zoo.privacy.plan import resume_defining
 from zoo.targets import check_targets
@@ -40,8 +40,6 @@ def changed_settings(saved: dict, current: dict, prefixes=STATE_DEFINING) -> lis
 
 def _with_defaults(saved: dict) -> dict:
     """A saved config with the settings added since it was saved at their defaults, to compare with a new one."""
-    from zoo.config import saved_with_defaults
-
     try:
         return OmegaConf.to_container(saved_with_defaults(saved), resolve=True)
     except Exception:  # noqa: BLE001 — a setting this version lacks: compared as saved, and so reported
@@ -91,7 +89,9 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
                         f"{os.path.join(resume, 'checkpoints')}.")
     else:
         source = Checkpoints(resume, read_only=True)
-    saved_config, current = _newest_readable_meta(source)["config"], OmegaConf.to_container(cfg, resolve=True)
+    newest_first = list(reversed(source.steps()))
+    saved_config = source.first_readable_meta(newest_first, hint="start in a new hydra.run.dir.")["config"]
+    current = OmegaConf.to_container(cfg, resolve=True)
     try:
         check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
     except UserError as e:
@@ -113,10 +113,3 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     return step, tree, meta
 
 
-def _newest_readable_meta(ckpts: Checkpoints) -> dict:
-    for step in reversed(ckpts.steps()):
-        try:
-            return ckpts.meta(step)
-        except Exception:  # a damaged step: restore_latest_good reports and skips it
-            continue
-    raise UserError(f"no checkpoint in {ckpts.directory} has readable metadata; start in a new hydra.run.dir.")
