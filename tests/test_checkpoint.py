@@ -133,6 +133,17 @@ def test_best_checkpoint_follows_the_metric(make_cfg, tmp_path, dataset, metric,
     assert best["step"] == best_step and best["metrics"][metric] == by_step[best_step]
 
 
+@pytest.mark.parametrize("metric,mode,values", [("accuracy", "max", [0.5, 0.9, 0.9, 0.7]),
+                                                 ("loss", "min", [0.5, 0.2, 0.2, 0.3])])
+def test_the_best_step_is_the_later_one_on_a_tie(tmp_path, metric, mode, values):
+    ckpts = Checkpoints(str(tmp_path / "checkpoints"), keep=4, metric=metric, mode=mode, async_save=False)
+    for step, value in enumerate(values, start=1):
+        ckpts.save(step, {"w": np.zeros(2, np.float32)}, {"step": step, "metrics": {metric: value}},
+                   metrics={metric: value})
+    assert ckpts.best_step() == 3
+    ckpts.close()
+
+
 def test_corrupt_latest_falls_back_only_for_latest(make_cfg, tmp_path, caplog):
     train(make_cfg("debug=smoke", "trainer.checkpoint_every=2"))
     run_dir = tmp_path / "run"

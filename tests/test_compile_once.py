@@ -6,8 +6,8 @@ from zoo.run_logger import RunLogger
 from zoo.train import build
 
 
-# (K, log_every): periods that are multiples of K, and log_every=3 against the default K (10 for the MLP),
-# which with eval_every=4 asks for calls of 3, 1, 2, 2, 1 and 3 steps.
+# (K, log_every): periods that are multiples of K, and log_every=3 with the default K (a call runs to the next
+# log or eval), which with eval_every=4 asks for calls of 3, 1, 2, 2, 1 and 3 steps.
 PERIODS = [("1", 4), ("4", 4), ("null", 3)]
 
 

@@ -9,6 +9,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -331,6 +332,18 @@ def test_a_finished_run_run_again_reports_its_results_and_writes_nothing(make_cf
     assert {name: (tmp_path / "run" / name).read_bytes() for name in files} == files
 
 
+def test_a_run_with_a_schedule_continues_only_under_the_length_it_was_scheduled_for(make_cfg, tmp_path):
+    """The schedule's curve spans the run: steps 4-6 of a 6-step cosine would follow a curve that steps 0-4,
+    scheduled over 4 steps, did not. With a constant rate a longer run continues (test_checkpoint.py)."""
+    scheduled = ["debug=smoke", "schedule=warmup_cosine", "schedule.warmup_steps=1"]
+    train(make_cfg(*scheduled, "trainer.max_steps=4"))
+    saved = (tmp_path / "run" / "results.json").read_text()
+    with pytest.raises(UserError, match=r"was trained with other settings: trainer\.max_steps \(4 -> 6\); restore "
+                                        r"those settings or start in a new hydra\.run\.dir\.$"):
+        train(make_cfg(*scheduled, "trainer.max_steps=6"))
+    assert (tmp_path / "run" / "results.json").read_text() == saved
+
+
 @pytest.mark.parametrize("changed", ["optimizer.learning_rate=0.01", "seed=5", "trainer.batch_size=8"])
 def test_a_finished_run_asked_for_other_settings_is_refused(make_cfg, tmp_path, changed):
     train(make_cfg("debug=smoke"))
@@ -428,7 +441,8 @@ def test_a_damaged_saved_metric_is_one_sentence_for_eval_and_resume(make_cfg, tr
 
 
 def test_eval_choices_that_are_not_in_the_run(make_cfg, trained):
-    with pytest.raises(UserError, match=r"checkpoint=5 is not in .*; use latest, best or one of the steps \[2, 4, 6\]"):
+    with pytest.raises(UserError, match=r"checkpoint=5 is not in .*; use final, latest, best or one of the steps "
+                                        r"\[2, 4, 6\]"):
         evaluate(eval_cfg(make_cfg, trained, "checkpoint=5"))
     with pytest.raises(UserError, match=r"split=validation is not in this run; choose one of \['test'\]\."):
         evaluate(eval_cfg(make_cfg, trained, "split=validation"))
@@ -519,6 +533,39 @@ def test_ctrl_c_and_io_errors_outside_the_loop_are_one_line(make_cfg, capsys, mo
             run_task(fn, cfg)
         err = capsys.readouterr().err
         assert exit_.value.code == code and err.startswith(text) and err.count("\n") == 1, err
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the interrupt Python drops
+def test_a_ctrl_c_python_lost_before_training_still_stops_the_run(make_cfg, capsys):
+    """Raised inside a garbage-collection callback (JAX runs one while compiling), a KeyboardInterrupt is only
+    printed; the run must not then train to its end as if nothing had been pressed."""
+    class CollectedDuringCtrlC:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # its KeyboardInterrupt is "ignored" by Python
+
+    def ctrl_c_then_train(cfg):
+        CollectedDuringCtrlC()
+        return train(cfg)
+
+    with pytest.raises(SystemExit) as exit_:
+        run_task(ctrl_c_then_train, make_cfg("debug=smoke"))
+    assert exit_.value.code == 130 and "error: stopped by SIGINT at step" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+def test_hydra_full_error_shows_the_traceback_behind_every_error(make_cfg, capsys, monkeypatch):
+    cfg = make_cfg("debug=smoke")
+
+    def refused(cfg):
+        raise UserError("trainer.batch_size must be a positive integer, got 0.")
+
+    with pytest.raises(SystemExit) as exit_:
+        run_task(refused, cfg)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "error: trainer.batch_size must be a positive integer, got 0.\n"
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(UserError, match="trainer.batch_size"):  # Hydra prints it with its traceback
+        run_task(refused, cfg)
 
 
 # --- The real commands: exit codes, and never a traceback ----------------------------------------------------------

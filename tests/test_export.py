@@ -197,6 +197,21 @@ def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_r
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "p.csv"] if path.exists() else ["p.csv"])
 
 
+@pytest.mark.parametrize("changed, says", [
+    ({"input": {"shape": [None, 8]}}, r"gives input shape \[8\]; the model takes \[8, 8, 1\]"),
+    ({"task": "regression"}, r"gives task regression; the model returns"),
+])
+def test_a_signature_that_is_not_its_models_is_refused(exported_run, tmp_path, changed, says):
+    """A readable model beside a signature.json from another export: one sentence, not a failing call."""
+    run_dir, _ = exported_run
+    shutil.copytree(run_dir / "export", tmp_path / "export")
+    signature = json.loads((tmp_path / "export" / "signature.json").read_text())
+    (tmp_path / "export" / "signature.json").write_text(json.dumps({**signature, **changed}))
+    np.save(tmp_path / "x.npy", np.zeros((3, 8), np.float32))
+    with pytest.raises(UserError, match=rf"has no readable export \(ValueError: signature\.json {says}"):
+        predict(predict_cfg(f"run_dir={tmp_path}", f"input={tmp_path / 'x.npy'}"))
+
+
 def test_predict_without_an_export_or_arguments(tmp_path):
     with pytest.raises(UserError, match=r"run_dir and input are required: python predict\.py run_dir="):
         predict(predict_cfg())

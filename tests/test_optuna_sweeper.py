@@ -20,6 +20,7 @@ from zoo.sweeps import trial_link
 from zoo.sweeps.config import GridSamplerConfig, MedianPrunerConfig, TPESamplerConfig
 from zoo.sweeps import optuna_sweeper
 from zoo.sweeps.optuna_sweeper import OptunaSweep
+from zoo.tasks import TASKS
 
 PARAMS = {"optimizer.learning_rate": "tag(log, interval(1e-4, 1e-1))", "trainer.batch_size": "choice(16, 32, 64)",
           "model.hidden": "choice([64], [128, 128])"}
@@ -240,12 +241,13 @@ def test_with_resume_never_a_stopped_trial_fails_and_new_ones_follow(tmp_path, r
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"sampler": {"_target_": "os.system"}}, r"hydra\.sweeper\.sampler\._target_='os\.system' is not a class of "
-                                             r"optuna\.samplers"),
-    ({"sampler": {"_target_": "optuna.samplers.TPESampler", "n_startup": 3}}, r"hydra\.sweeper\.sampler could not "
-                                                                              r"be built"),
-    ({"pruner": {"_target_": "optuna.samplers.TPESampler"}}, r"hydra\.sweeper\.pruner\._target_=.* is not a class "
-                                                             r"of optuna\.pruners"),
+    ({"sampler": {"_target_": "os.system"}}, r"^hydra\.sweeper\.sampler names _target_='os\.system', which is not "
+                                             r"allowed; it is not a class of optuna\.samplers; name one, e\.g\. "
+                                             r"optuna\.samplers\.TPESampler\.$"),
+    ({"sampler": {"_target_": "optuna.samplers.TPESampler", "n_startup": 3}},
+     r"^could not build hydra\.sweeper\.sampler from _target_=optuna\.samplers\.TPESampler: .*n_startup"),
+    ({"pruner": {"_target_": "optuna.samplers.TPESampler"}}, r"hydra\.sweeper\.pruner names _target_=.*, which is "
+                                                             r"not allowed; it is not a class of optuna\.pruners"),
     ({"direction": ["maximize", "minimize"], "pruner": MedianPrunerConfig()}, "Optuna cannot prune a multi-objective"),
     ({"direction": "up"}, "hydra.sweeper.direction must be minimize, maximize or a list of them"),
     ({"params": {"optimizer.learning_rate": "interval(1e-3, 1e-1)"}, "sampler": GridSamplerConfig()},
@@ -273,8 +275,6 @@ def test_hydra_discovers_the_sweeper_and_composes_its_groups():
 
 
 def test_a_pruned_trial_without_periodic_evals_fails_with_one_sentence():
-    from types import SimpleNamespace
-
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
@@ -284,7 +284,7 @@ def test_a_pruned_trial_without_periodic_evals_fails_with_one_sentence():
     HydraConfig.instance().set_config(cfg)
     try:
         with pytest.raises(UserError, match="hydra.sweeper.pruner needs periodic evals to judge a trial by"):
-            trial_link.eval_reporter(cfg, SimpleNamespace(objective="accuracy"))
+            trial_link.eval_reporter(cfg, TASKS["classification"])
     finally:
         HydraConfig.instance().cfg = None
 

@@ -1,9 +1,11 @@
 """Every parallel mode computes what one device computes: same losses, same exact eval, any device count."""
 import json
 
+import jax
 import numpy as np
 import pytest
 
+import zoo.train
 from zoo.errors import UserError
 from zoo.train import train
 
@@ -45,6 +47,22 @@ def test_mode_equals_single_device(make_cfg, tmp_path, references, model, mode, 
     assert result["test"]["count"] == reference["test"]["count"] == 359
     np.testing.assert_allclose(result["test"]["loss"], reference["test"]["loss"], rtol=1e-5)
     assert abs(result["test"]["accuracy"] - reference["test"]["accuracy"]) <= 1 / 359  # a near-tie may flip
+
+
+def test_fsdp_keeps_parameters_and_optimizer_moments_sharded_while_training(make_cfg, monkeypatch):
+    """Equal results alone would not show that anything is sharded: each device holds a quarter of every large
+    array of the trained state (kernels, Adam's moments)."""
+    fit, trained = zoo.train.fit, {}
+
+    def recording_fit(*args, **kwargs):
+        trained["state"], *rest = fit(*args, **kwargs)
+        return (trained["state"], *rest)
+
+    monkeypatch.setattr(zoo.train, "fit", recording_fit)
+    train(make_cfg(*COMMON, "model=mlp", "optimizer=adamw", *mode_overrides("sharded_fsdp", 4)))
+    large = [x for x in jax.tree.leaves(trained["state"]) if x.size >= 1024]
+    assert len(large) >= 6  # two hidden kernels and the head's, each with two moments
+    assert all(len(x.addressable_shards) == 4 and x.addressable_shards[0].data.size * 4 == x.size for x in large)
 
 
 @pytest.mark.parametrize("mode", ["pmap", "sharded"])

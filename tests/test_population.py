@@ -10,7 +10,6 @@ import subprocess
 import sys
 import types
 
-import jax
 import numpy as np
 import pytest
 from conftest import SignalAtRead, subprocess_env
@@ -80,6 +79,21 @@ def test_every_member_equals_its_solo_run(make_cfg, optimizer, dropout):
     # the members really differ: different seeds and rates give different trajectories
     assert records(cfgs[0].paths.output_dir) != records(cfgs[1].paths.output_dir)
     assert records(cfgs[0].paths.output_dir) != records(cfgs[2].paths.output_dir)
+
+
+@pytest.mark.parametrize("grid", [GRID, [("0.05", "0"), ("0.05", "1")]], ids=["rates-differ", "rate-shared"])
+def test_members_with_a_learning_rate_schedule_equal_their_solo_runs(make_cfg, grid):
+    """optax builds a schedule from its values in Python: a traced peak rate must give each member the curve its
+    solo run follows (end_value > 0 checks the values given relative to the peak)."""
+    schedule = ["optimizer=sgd", "schedule=warmup_cosine", "schedule.warmup_steps=3", "schedule.end_value=0.01"]
+    cfgs = configs(make_cfg, "pop", *schedule, grid=grid)
+    outcomes = train_population(cfgs)
+    for cfg, outcome, (lr, seed) in zip(cfgs, outcomes, grid):
+        assert not isinstance(outcome, Exception), outcome
+        solo_cfg = make_cfg(*SMALL, *schedule, f"optimizer.learning_rate={lr}", f"seed={seed}", out=f"solo-{lr}-{seed}")
+        train(solo_cfg)
+        assert_same_trajectory(cfg.paths.output_dir, solo_cfg.paths.output_dir)
+    assert ("learning_rate" in member_hyperparameters(cfgs)[0]["optimizer"]) == (grid == GRID)
 
 
 def test_with_nan_check_step_a_diverging_member_names_its_batch_as_its_solo_run_does(make_cfg):

@@ -1,4 +1,4 @@
-"""Every command the README shows (`python train.py ...`, `python eval.py ...`, `python -m zoo...`) runs as written.
+"""Every command the README's code blocks show (`python train.py ...`, `python eval.py ...`) runs as written.
 
 Each runs as a fresh subprocess with tiny settings appended (`debug=smoke`, its own run dir); `run_dir=...`
 placeholders point at a run trained (and exported) beforehand, and catalog datasets (which download) run on
@@ -87,3 +87,8 @@ def test_readme_command_runs(words, data_dir, tmp_path, trained_run):
     done = subprocess.run(prefix + args, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, f"python {' '.join(args)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    if args[0] == "train.py" and not {"--cfg", "--help"} & set(args):  # it trained: what a user would look at
+        multirun = {"-m", "--multirun"} & set(args)
+        assert (tmp_path / "sweep" / "summary.csv" if multirun else tmp_path / "run" / "results.json").is_file()
+    if args[0] == "eval.py":
+        assert re.search(r"^test @ step \d+: loss=", done.stdout, re.M), done.stdout

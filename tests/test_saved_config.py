@@ -72,3 +72,18 @@ def test_checking_a_target_imports_no_module(monkeypatch):
     with pytest.raises(UserError, match=r"it names nothing in the zoo's models or optax"):
         check_targets(OmegaConf.create({"model": {"_target_": "zoo.bench.__main__.main"}}))
     assert "zoo.bench.__main__" not in sys.modules
+
+
+def test_checkpoint_best_reads_the_saved_config_as_the_rest_of_eval_does(make_cfg, tmp_path):
+    """The metric the best checkpoint is picked by comes from the saved config with this version's defaults for
+    settings added since, and a damaged value there is one sentence."""
+    train(make_cfg("debug=smoke", "trainer.checkpoint_every=2", "trainer.eval_every=2", "checkpoint.metric=loss"))
+    before = evaluate(eval_cfg(make_cfg, tmp_path / "run", "checkpoint=best"))
+    saved = json.loads((tmp_path / "run" / "checkpoints" / "6" / "meta" / "metadata").read_text())["config"]
+    del saved["checkpoint"]["mode"]  # saved before checkpoint.mode existed
+    tamper_saved_config(tmp_path / "run", "checkpoint", saved["checkpoint"])
+    after = evaluate(eval_cfg(make_cfg, tmp_path / "run", "checkpoint=best"))
+    assert (after["step"], after["metrics"]) == (before["step"], before["metrics"])
+    tamper_saved_config(tmp_path / "run", "dataset", {**saved["dataset"], "task": "ranking"})
+    with pytest.raises(UserError, match=r"dataset\.task must be one of"):
+        evaluate(eval_cfg(make_cfg, tmp_path / "run", "checkpoint=best"))

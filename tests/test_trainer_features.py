@@ -90,6 +90,9 @@ def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, t
     assert max(r["step"] for r in logged) == 6
     at_2 = next(r for r in logged if r["split"] == "test" and r["step"] == 2)
     assert results["test"] == {k: v for k, v in at_2.items() if k not in ("step", "split")}
+    evaluated = evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="eval"))  # checkpoint=final
+    assert (evaluated["step"], evaluated["metrics"]) == (2, results["test"])  # what results.json reports
+    assert evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", "checkpoint=latest", config_name="eval"))["step"] == 6
     again = train(make_cfg(*STOPPING))  # the same command on a stopped run does not train on: its results stand
     assert again["steps"] == 6 and again["test"] == results["test"]
     assert read_jsonl(tmp_path / "run" / "metrics.jsonl") == logged
@@ -130,6 +133,30 @@ def test_accumulated_micro_batches_equal_one_large_batch(make_cfg, mode):
     np.testing.assert_allclose(micro["test"]["loss"], large["test"]["loss"], rtol=1e-5)
     plain = train(make_cfg(*common, "trainer.batch_size=8", "trainer.max_steps=12", out="plain"))
     assert not close(plain["state"].params, large["state"].params, tol=1e-3)  # the comparison can fail
+
+
+# --- Gradient clipping -------------------------------------------------------------------------------------------
+
+def test_clip_norm_bounds_each_update_by_the_learning_rate_times_the_norm(make_cfg):
+    """Plain SGD moves the parameters by learning_rate x the clipped gradient: one step with trainer.clip_norm
+    below the gradient's norm moves them by exactly learning_rate x clip_norm, measured over all parameters."""
+    common = ["debug=smoke", "optimizer=sgd", "optimizer.momentum=0.0", "model.dropout=0.0", "trainer.max_steps=1",
+              "trainer.eval_every=0", "checkpoint.enabled=false"]
+
+    def moved(*overrides):
+        initial = build(make_cfg(*common, *overrides)).host_state.params
+        trained = train(make_cfg(*common, *overrides, out=f"run{len(overrides)}"))["state"].params
+        return float(optax.global_norm(jax.tree.map(lambda a, b: a - b, trained, initial)))
+
+    assert moved("trainer.clip_norm=1e-3") == pytest.approx(0.05 * 1e-3, rel=1e-4)
+    assert moved() > 0.05 * 1e-2  # the unclipped gradient is larger: the clip was in force
+
+
+def test_profile_writes_a_trace_of_the_training(make_cfg, tmp_path):
+    train(make_cfg("debug=smoke", "trainer.profile=true"))
+    profile = tmp_path / "run" / "profile"
+    traces = [*profile.rglob("*.xplane.pb"), *profile.rglob("*.trace.json.gz")]  # TensorBoard's and Perfetto's
+    assert len(traces) == 2 and all(t.stat().st_size > 0 for t in traces)
 
 
 # --- Weight averaging ---------------------------------------------------------------------------------------------

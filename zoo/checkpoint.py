@@ -136,13 +136,12 @@ class Checkpoints:
         return restored.state, restored.meta
 
     def best_step(self, metric=None, mode=None):
-        """Step with the best eval `metric` (default: the one this manager keeps the best by)."""
+        """Step with the best eval `metric` (default: the one this manager keeps the best by), the later on a tie."""
         metric, mode = metric or self.metric, mode or self.mode
+        sign = 1 if mode == "max" else -1
         scored = [(self._metrics_or_none(s), s) for s in self.steps()]
-        scored = [(m[metric], s) for m, s in scored if m and metric in m]
-        if not scored:
-            return None
-        return (max if mode == "max" else min)(scored)[1]
+        scored = [(sign * m[metric], s) for m, s in scored if m and metric in m]
+        return max(scored)[1] if scored else None
 
     def first_readable_meta(self, steps: list, hint: str = "") -> dict:
         """The metadata of the first of `steps` that reads (every step of a run holds its config); a damaged step

@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 1 Hydra refused the command line (its own message) or an unexpected I/O error, 2 a
 setting to change (zoo.errors.UserError), 128+N stopped by signal N (130: Ctrl-C). docs/errors.md lists them all.
-`HYDRA_FULL_ERROR=1` shows the traceback behind any of them.
+`HYDRA_FULL_ERROR=1` shows the traceback behind any of them (exit 1 then).
 """
 import logging
 import os
@@ -15,7 +15,8 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from zoo import run_record
-from zoo.errors import Interrupted, UserError
+from zoo.errors import Interrupted, UserError, exit_with
+from zoo.preemption import interrupts_remembered
 
 
 def in_multirun() -> bool:
@@ -64,8 +65,7 @@ def _exit_if_unwritable(path: str, setting: str) -> None:
     try:
         check_writable(path, setting)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
+        exit_with(e)
 
 
 def quiet_libraries() -> None:
@@ -80,13 +80,14 @@ def run_task(fn, cfg):
         output_dir = OmegaConf.select(cfg, "paths.output_dir")  # train only; eval checks its run_dir itself
         if output_dir:
             check_writable(output_dir, "paths.output_dir")
-        return fn(cfg).get("objective")
+        with interrupts_remembered():
+            return fn(cfg).get("objective")
     except UserError as e:
         run_record.restore(OmegaConf.select(cfg, "paths.output_dir"))  # refused before it opened its outputs
-        if in_multirun():
+        if in_multirun() or _full_errors():
             if isinstance(e, Interrupted):
                 raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial
-            raise  # the sweeper records the trial as failed and goes on
+            raise  # a sweep's trial fails alone; with HYDRA_FULL_ERROR=1 Hydra prints the traceback
         _exit(str(e), e.exit_code, hard=isinstance(e, Interrupted))
     except KeyboardInterrupt:  # outside the train loop (which saves on the first Ctrl-C) or a second Ctrl-C
         if in_multirun() or _full_errors():

@@ -12,13 +12,20 @@ from zoo.targets import check_targets
 
 PARALLEL_MODES = ("none", "pmap", "sharded")
 MAX_CPU_DEVICES = 512  # simulated devices cost memory and start-up time; beyond this a typo is likelier than intent
-TASKS = ("classification", "regression")
+TASK_NAMES = ("classification", "regression")
 METRICS = {"classification": ("loss", "accuracy", "count"),  # what zoo.tasks reports per split
            "regression": ("loss", "mse", "mae", "r2", "count")}
 NORMALIZATIONS = ("per_feature", "global", "none")
 RUN_METRICS = ("wall_time_s", "examples_per_s")  # figures of the run itself: a multi-objective sweep's second aim
 # Which way is better, per metric: the best checkpoint follows the metric it is chosen by, not the task.
-METRIC_MODES = {"accuracy": "max", "r2": "max", "loss": "min", "mse": "min", "mae": "min"}
+METRIC_MODES = {"accuracy": "max", "r2": "max", "loss": "min", "mse": "min", "mae": "min",
+                "wall_time_s": "min", "examples_per_s": "max"}
+OBJECTIVES = {"classification": "accuracy", "regression": "loss"}  # what a sweep optimises unless told (on test)
+
+
+def direction_of(metric_name: str) -> str:
+    """'maximize' or 'minimize', as a sweeper says it, for a result's name: 'test/accuracy', 'wall_time_s'."""
+    return "minimize" if METRIC_MODES.get(metric_name.rpartition("/")[2]) == "min" else "maximize"
 
 
 @dataclass
@@ -34,11 +41,11 @@ class TrainerConfig:
     batch_size: int = 64
     eval_batch_size: int = 512
     log_every: int = 50  # steps; the only routine host sync
-    eval_every: int = 0  # steps; 0 = evaluate only at the end
+    eval_every: int = 200  # steps; 0 = evaluate only at the end
     steps_per_call: Optional[int] = None  # the most train steps per compiled call; None: 200, 1 for convnets on CPU
     clip_norm: Optional[float] = None  # global-norm gradient clipping
     nan_check: str = "log"  # "log": at log cadence; "step": every step (debug)
-    checkpoint_every: int = 0  # steps; 0 = only at the end
+    checkpoint_every: int = 200  # steps; 0 = only at the end
     resume: str = "auto"  # auto | never | <checkpoint dir of another run>
     profile: bool = False
     accumulate: int = 1  # micro-batches (steps) per optimizer update, optax.MultiSteps
@@ -95,7 +102,7 @@ class LoggerConfig:
     progress: bool = True
     tensorboard: bool = True
     plot: bool = True
-    summary: bool = True  # parameters per layer and XLA's FLOPs of one step (one extra compile) at the start
+    summary: bool = True  # parameters per layer and XLA's FLOPs of one step (a lowering, not a compile) at the start
 
 
 @dataclass
@@ -138,7 +145,7 @@ class RunReaderConfig:
     """What the commands that read a finished run (eval.py, export.py) share."""
 
     run_dir: str = MISSING
-    checkpoint: str = "latest"  # latest | best | <step>
+    checkpoint: str = "final"  # final (what results.json reports) | latest | best | <step>
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)  # this command's, never the run's
     trainer: EvalTrainerConfig = field(default_factory=EvalTrainerConfig)
@@ -180,7 +187,7 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _positive_number(value) -> bool:
+def is_positive_finite(value) -> bool:
     return is_number(value) and 0 < value < math.inf
 
 
@@ -232,7 +239,7 @@ def validate(cfg: DictConfig) -> None:
     _require(t.nan_check in ("log", "step"), f"trainer.nan_check must be 'log' or 'step', got {t.nan_check!r}.")
     _require(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be an integer >= 0, got {cfg.seed!r}.")
     lr = cfg.optimizer.get("learning_rate")
-    _require(_positive_number(lr), f"optimizer.learning_rate must be a positive finite number, got {lr!r}.")
+    _require(is_positive_finite(lr), f"optimizer.learning_rate must be a positive finite number, got {lr!r}.")
     for key, low, high in (("weight_decay", 0.0, None), ("momentum", 0.0, 1.0)):  # optax accepts any float
         value = cfg.optimizer.get(key)
         _require(value is None or (is_number(value) and low <= value and (high is None or value < high)),
@@ -244,7 +251,7 @@ def validate(cfg: DictConfig) -> None:
     _require(isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0,
              f"model.dropout must be in [0, 1), got {dropout!r}.")
     d = cfg.dataset
-    _require(d.task in TASKS, f"dataset.task must be one of {TASKS}, got {d.task!r}.")
+    _require(d.task in TASK_NAMES, f"dataset.task must be one of {TASK_NAMES}, got {d.task!r}.")
     _require(d.normalize in NORMALIZATIONS, f"dataset.normalize must be one of {NORMALIZATIONS}, got {d.normalize!r}.")
     _require(0.0 < d.test_fraction < 1.0, f"dataset.test_fraction must be in (0, 1), got {d.test_fraction}.")
     _require(0.0 <= d.validation_fraction < 1.0,

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+from zoo.files import replacing
+
 
 def plot_curves(history: list, main_metric: str, path: str) -> None:
     # A bare Figure (no pyplot state to keep) with fixed margins: tight_layout would draw the figure an extra
@@ -28,8 +30,8 @@ def plot_curves(history: list, main_metric: str, path: str) -> None:
         ax.ticklabel_format(axis="y", scilimits=(-3, 4))  # short tick labels (1e5 offset) fit the fixed margin
         ax.legend()
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.92, wspace=0.22)
-    fig.savefig(path + ".tmp", dpi=100, format="png")
-    os.replace(path + ".tmp", path)  # a plot cut short by the process ending leaves no broken curves.png
+    with replacing(path) as staging:  # a plot cut short by the process ending leaves no broken curves.png
+        fig.savefig(staging, dpi=100, format="png")
 
 
 class ProcessGone(RuntimeError):

@@ -2,6 +2,7 @@
 
 Every message the zoo prints is catalogued, with the input that causes it, in docs/errors.md.
 """
+import sys
 
 
 class UserError(Exception):
@@ -14,3 +15,9 @@ class Interrupted(UserError):
     """Ctrl-C at a moment where nothing half-done is kept (e.g. while a dataset is being prepared)."""
 
     exit_code = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+def exit_with(error: UserError):
+    """End the command with the error's one sentence on stderr and its exit code."""
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(error.exit_code)

@@ -1,5 +1,4 @@
 """evaluate(cfg): rebuild a finished run from its checkpoint's saved config and run the exact eval loop."""
-import json
 import logging
 import os
 
@@ -7,8 +6,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, restore_latest_good
 from zoo.cli import unwritable_reason
-from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate_placement
+from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
+from zoo.files import write_json
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
 from zoo.parallel.distributed import is_primary
@@ -40,26 +40,38 @@ def _open_checkpoints(run_dir: str) -> Checkpoints:
     return ckpts
 
 
-def _pick_steps(ckpts: Checkpoints, which) -> list:
-    """Candidate steps, best first; only `latest` may fall back to an older one."""
+def _pick_steps(ckpts: Checkpoints, which, cfg: DictConfig) -> list:
+    """Candidate steps, best first; only `latest` may fall back to an older one. `final` is the state the run's
+    results.json reports: its best checkpoint with early stopping, else `latest`."""
     steps = ckpts.steps()
+    if which == "final":
+        which = "latest" if _run_config(ckpts, cfg).trainer.early_stopping.patience is None else "best"
     if which == "latest":
         return list(reversed(steps))
     if which == "best":
-        best = ckpts.best_step(**_best_settings(ckpts))
+        best = ckpts.best_step(**_best_settings(ckpts, cfg))
         if best is None:
             raise UserError(f"no checkpoint in {ckpts.directory} has eval metrics to pick the best from; "
                             "use checkpoint=latest or a step.")
         return [best]
     if str(which).isdigit() and int(which) in steps:
         return [int(which)]
-    raise UserError(f"checkpoint={which} is not in {ckpts.directory}; use latest, best or one of the steps {steps}.")
+    raise UserError(f"checkpoint={which} is not in {ckpts.directory}; use final, latest, best or one of the steps "
+                    f"{steps}.")
 
 
-def _best_settings(ckpts: Checkpoints) -> dict:
+def _run_config(ckpts: Checkpoints, cfg: DictConfig) -> DictConfig:
+    """The run's config as eval reads it (from its newest readable step, checked), to choose among its steps."""
+    saved = saved_train_config(ckpts, list(reversed(ckpts.steps())), cfg)
+    validate(saved)
+    return saved
+
+
+def _best_settings(ckpts: Checkpoints, cfg: DictConfig) -> dict:
+    """The metric and direction the run kept its best checkpoint by."""
     from zoo.tasks import TASKS
 
-    saved = OmegaConf.create(ckpts.first_readable_meta(list(reversed(ckpts.steps())))["config"])
+    saved = _run_config(ckpts, cfg)
     settings = checkpoint_settings(saved, TASKS[saved.dataset.task])
     return {"metric": settings["metric"], "mode": settings["mode"]}
 
@@ -91,16 +103,23 @@ def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
 
     Shared by the commands that read a finished run (eval.py, export.py): devices are chosen before the
     checkpoints are opened, and the saved config passes the allow-list before anything is built."""
-    from zoo.train import build
-
     _check_command(cfg, script)
     select_devices(cfg.parallel, cfg.distributed)  # before opening checkpoints starts JAX with its defaults
     ckpts = _open_checkpoints(cfg.run_dir)
+    try:
+        return _restore(cfg, ckpts, out_name, what)
+    finally:
+        ckpts.close()
+
+
+def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
+    from zoo.train import build
+
     reason = unwritable_reason(os.path.join(cfg.run_dir, out_name))  # now, not after the whole command
     if reason:
         raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): {what} go to its {out_name}/ "
                         "directory; copy the run somewhere writable and pass that run_dir.")
-    candidates = _pick_steps(ckpts, cfg.checkpoint)
+    candidates = _pick_steps(ckpts, cfg.checkpoint, cfg)
     run = build(saved_train_config(ckpts, candidates, cfg), for_training=False)
     step, tree, meta = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
                                            candidates, hint="train the run again or pass another run_dir.")
@@ -116,10 +135,8 @@ def evaluate(cfg: DictConfig) -> dict:
     metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, batches, count)
     path = os.path.join(cfg.run_dir, "eval", f"{cfg.split}-{step}.json")
     if is_primary():  # with distributed=explicit|auto every process evaluates; one writes
-        with open(path + ".tmp", "w") as f:
-            averaged_with = {} if ema_decay is None else {"ema_decay": ema_decay}
-            json.dump({"step": step, "split": cfg.split, **metrics, **averaged_with}, f, indent=2)
-        os.replace(path + ".tmp", path)
+        averaged_with = {} if ema_decay is None else {"ema_decay": ema_decay}
+        write_json(path, {"step": step, "split": cfg.split, **metrics, **averaged_with})
         averaged = ("" if ema_decay is None
                     else f" (exponential moving average of the parameters, ema_decay={ema_decay})")
         print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}")

@@ -52,7 +52,7 @@ def evaluate(state, compiled: Compiled, device_batches: list, expected_count: in
     return metrics
 
 
-def _check_finite(metrics: dict, step: int, last_finite, position=None) -> None:
+def check_finite(metrics: dict, step: int, last_finite, position=None) -> None:
     """`position` (epoch, index in epoch) of the batch of `step` when every step is checked."""
     if not math.isfinite(metrics["loss"]):
         where = f"at step {step} (batch {position[1]} of epoch {position[0]}; " if position else f"by step {step} ("
@@ -61,7 +61,7 @@ def _check_finite(metrics: dict, step: int, last_finite, position=None) -> None:
                             "optimizer.learning_rate or set trainer.clip_norm.")
 
 
-def _next_boundary(step: int, total: int, *periods: int) -> int:
+def next_boundary(step: int, total: int, *periods: int) -> int:
     return min([total] + [(step // p + 1) * p for p in periods if p])
 
 
@@ -70,12 +70,17 @@ def chunk_length(cap: int, remaining: int, *periods: int) -> int:
     return max(1, min([cap, remaining] + [p for p in periods if p]))
 
 
+def log_period(cfg) -> int:
+    """Steps between train logs for trainer settings `cfg`: every step with trainer.nan_check=step, which checks
+    each step's loss."""
+    return 1 if cfg.nan_check == "step" else cfg.log_every
+
+
 def call_length(cfg, steps_per_call: int, remaining: int, saving: bool = True) -> int:
     """Steps per train call of `fit` (each call is padded to it) for trainer settings `cfg`; `steps_per_call`
     is the cap when trainer.steps_per_call is null."""
     chunk_size = 1 if cfg.nan_check == "step" else (cfg.steps_per_call or steps_per_call)
-    log_every = 1 if cfg.nan_check == "step" else cfg.log_every
-    return chunk_length(chunk_size, remaining, log_every, cfg.eval_every, cfg.checkpoint_every if saving else 0)
+    return chunk_length(chunk_size, remaining, log_period(cfg), cfg.eval_every, cfg.checkpoint_every if saving else 0)
 
 
 def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int, logger, *, start_step: int = 0,
@@ -94,7 +99,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     Returns (state, last logged train metrics, examples/s, last step run).
     """
     mode = compiled.mode
-    log_every = 1 if cfg.nan_check == "step" else cfg.log_every
+    log_every = log_period(cfg)
     checkpoint_every = cfg.checkpoint_every if save else 0
     eval_every = cfg.eval_every  # config reads cost ~14 us each: keep them out of the step loop
     periodic_split = next(iter(eval_sets))
@@ -106,7 +111,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     leaves = jax.tree.leaves(state)  # what the train call takes and returns; the state is rebuilt where needed
 
     def call_args(step):  # (k, the data of steps [step, step + k))
-        k = min(length, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
+        k = min(length, next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
         return k, feed.args(step, k, pad_to=length)
 
     upcoming = call_args(step) if step < total_steps else None
@@ -119,8 +124,8 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
         eval_metrics = None
         if step % log_every == 0 or step == total_steps:
             train_metrics = compiled.task.metrics(mode.get(acc))  # the routine host sync
-            _check_finite(train_metrics, step, last_finite,
-                          feed.position(step - 1) if cfg.nan_check == "step" else None)
+            check_finite(train_metrics, step, last_finite,
+                         feed.position(step - 1) if cfg.nan_check == "step" else None)
             last_finite = train_metrics["loss"]
             acc = zeros
             now = time.perf_counter()

@@ -41,7 +41,14 @@ def learning_rate(cfg, total_steps: int, peak=None):
         raise UserError(f"schedule.warmup_steps={warmup} must be smaller than the run's {length}; "
                         "lower schedule.warmup_steps or train for more steps.")
     schedule = safe_instantiate(cfg.schedule, "schedule", _partial_=True)  # built here: peak may be traced
-    return _build("schedule", cfg.schedule, schedule, peak_value=peak, decay_steps=max(updates, 1))
+    if is_number(peak):
+        return _build("schedule", cfg.schedule, schedule, peak_value=peak, decay_steps=max(updates, 1))
+    # A traced peak: optax's schedules test their values in Python (`peak_value == 0`), so the schedule is built
+    # for a peak of 1 with its other values in units of the peak, then scaled; optax's schedules are affine in
+    # their values, so this is the same curve.
+    relative = {k: v / peak for k, v in cfg.schedule.items() if k.endswith("_value") and k != "peak_value"}
+    unit = _build("schedule", cfg.schedule, schedule, peak_value=1.0, decay_steps=max(updates, 1), **relative)
+    return lambda count: peak * unit(count)
 
 
 def _build(where: str, node, make, **kwargs):

@@ -186,9 +186,8 @@ def _recorded_results(cfg: DictConfig, task, results_path: str, meta: dict, step
 
 
 def objective_of(cfg: DictConfig, results: dict, task):
-    """What a sweeper optimises: `optimized_metric` ('validation/accuracy'; a list of names gives one value each,
-    for a multi-objective sweep) or the task's default."""
-    names = cfg.optimized_metric or f"test/{task.objective}"
+    """The value of what a sweeper optimises (Task.optimized); a list of names gives one value each."""
+    names = task.optimized(cfg)
     if isinstance(names, str):
         return _result_value(names, results)
     return [_result_value(str(name), results) for name in names]

@@ -37,9 +37,40 @@ def forget() -> None:
     _received = None
 
 
+_unseen_interrupt = None  # a Ctrl-C before the train loop whose KeyboardInterrupt may have been lost
+
+
+@contextlib.contextmanager
+def interrupts_remembered():
+    """Ctrl-C raises KeyboardInterrupt as usual, and is remembered until a train loop starts. Raised inside a
+    garbage-collection callback (JAX runs one while compiling) Python only prints it and goes on: the loop then
+    stops at its first step instead of training to the end."""
+    global _unseen_interrupt
+    _unseen_interrupt = None
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        global _unseen_interrupt
+        _unseen_interrupt = signum
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _unseen_interrupt = None
+
+
 @contextlib.contextmanager
 def stop_on_signals():
+    global _unseen_interrupt, _received
     flag = StopFlag()
+    if _unseen_interrupt is not None:  # a Ctrl-C that reached no handler of ours: stop as if it came now
+        flag.signum = _received = _unseen_interrupt
+        _unseen_interrupt = None
     if threading.current_thread() is not threading.main_thread():
         yield flag  # signal handlers can only be installed from the main thread
         return

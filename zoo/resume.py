@@ -23,17 +23,26 @@ PRIVACY_DEFINING = ("privacy",)
 EARLY_STOPPING_DEFINING = ("trainer.early_stopping", "trainer.eval_every", "checkpoint.metric", "checkpoint.mode")
 
 
-def _flatten(tree, prefix=""):
+def dotted_settings(tree, prefix=""):
+    """{'trainer.batch_size': 64, ...}: a nested config's values by their dotted names."""
     if isinstance(tree, dict):
         out = {}
         for key, value in tree.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
+            out.update(dotted_settings(value, f"{prefix}{key}."))
         return out
     return {prefix[:-1]: tree}
 
 
+def length_defining(saved: dict, current: dict) -> tuple:
+    """A learning-rate schedule spans the run's length: resumed under another length, the rest of a run would
+    follow another curve than the one its first steps followed."""
+    if saved.get("schedule") is None and current.get("schedule") is None:
+        return ()
+    return "trainer.epochs", "trainer.max_steps"
+
+
 def changed_settings(saved: dict, current: dict, prefixes=STATE_DEFINING) -> list:
-    old, new = _flatten(saved), _flatten(current)
+    old, new = dotted_settings(saved), dotted_settings(current)
     keys = {k for k in old.keys() | new.keys() if any(k == p or k.startswith(p + ".") for p in prefixes)}
     return sorted(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in keys if old.get(k) != new.get(k))
 
@@ -89,6 +98,14 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
                         f"{os.path.join(resume, 'checkpoints')}.")
     else:
         source = Checkpoints(resume, read_only=True)
+    try:
+        return _restore_from(source, cfg, target)
+    finally:
+        if source is not ckpts:  # another run's checkpoints, opened only to read
+            source.close()
+
+
+def _restore_from(source: Checkpoints, cfg: DictConfig, target):
     newest_first = list(reversed(source.steps()))
     saved_config = source.first_readable_meta(newest_first, hint="start in a new hydra.run.dir.")["config"]
     current = OmegaConf.to_container(cfg, resolve=True)
@@ -96,8 +113,8 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
         check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
     except UserError as e:
         raise UserError(f"the config saved in {source.directory} is refused: {e}") from None
-    changed = changed_settings(_with_defaults(saved_config), current,
-                               STATE_DEFINING + resume_defining(saved_config, current))
+    prefixes = STATE_DEFINING + resume_defining(saved_config, current) + length_defining(saved_config, current)
+    changed = changed_settings(_with_defaults(saved_config), current, prefixes)
     if changed:
         raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
                         f"{'; '.join(changed)}; restore those settings or start in a new hydra.run.dir.")

@@ -10,6 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from tqdm import tqdm
 
 from zoo.curves import CurvesProcess, ProcessGone, plot_curves
+from zoo.files import write_json
 
 log = logging.getLogger("zoo")
 DRAWERS = 2  # figures drawn at once: a population's members all finish together
@@ -147,10 +148,7 @@ class RunLogger:
     def write_results(self, results: dict) -> None:
         if not self.enabled:
             return
-        path = os.path.join(self.out_dir, "results.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(results, f, indent=2)
-        os.replace(path + ".tmp", path)  # never a half-written results.json
+        write_json(os.path.join(self.out_dir, "results.json"), results)
 
     def close(self, main_metric: str) -> None:
         if not self.enabled:

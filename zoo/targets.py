@@ -74,24 +74,25 @@ def _refusal(target) -> str | None:
             "class or function of optax")
 
 
-def check_targets(node, where: str = "") -> None:
+def check_targets(node, where: str = "", refusal=_refusal) -> None:
     """Refuse any disallowed `_target_` anywhere in the tree (`_args_` included), before anything is built.
 
-    `where` is the dotted path of `node` in the config ('' for the root), used to name the setting."""
+    `where` is the dotted path of `node` in the config ('' for the root), used to name the setting.
+    `refusal(target)` says why a target is not allowed, or None (default: the zoo's models and optax)."""
     if isinstance(node, DictConfig):
         target = node.get("_target_")
-        reason = None if target is None else _refusal(target)
+        reason = None if target is None else refusal(target)
         if reason:
             raise UserError(f"{where or 'the config'} names _target_={target!r}, which is not allowed; {reason}.")
         for key, value in node.items():
-            check_targets(value, f"{where}.{key}" if where else str(key))
+            check_targets(value, f"{where}.{key}" if where else str(key), refusal)
     elif isinstance(node, ListConfig):
         for i, value in enumerate(node):
-            check_targets(value, f"{where}[{i}]")
+            check_targets(value, f"{where}[{i}]", refusal)
 
 
-def safe_instantiate(node: DictConfig, where: str, **kwargs):
-    check_targets(node, where)
+def safe_instantiate(node: DictConfig, where: str, refusal=_refusal, **kwargs):
+    check_targets(node, where, refusal)
     try:
         return instantiate(node, **kwargs)
     except Exception as e:  # hydra wraps the constructor's own error; its last line says what went wrong

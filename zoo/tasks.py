@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo.config import OBJECTIVES
+
 
 def classification_sums(logits, labels, mask) -> dict:
     nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=-1)[:, 0]
@@ -43,11 +45,15 @@ def regression_metrics(sums: dict) -> dict:
 class Task:
     sums: Callable  # (outputs, targets, mask) -> dict of sums
     metrics: Callable  # host: dict of summed sums -> dict of floats
-    objective: str  # default metric a sweep optimises
-    direction: str  # "maximize" | "minimize"
+    objective: str  # default metric a sweep optimises (zoo.config.OBJECTIVES)
+
+    def optimized(self, cfg):
+        """What a sweeper optimises: optimized_metric ('validation/accuracy'; a list of names for a multi-objective
+        sweep), else this task's objective on test."""
+        return cfg.optimized_metric or f"test/{self.objective}"
 
 
 TASKS = {
-    "classification": Task(classification_sums, classification_metrics, "accuracy", "maximize"),
-    "regression": Task(regression_sums, regression_metrics, "loss", "minimize"),
+    "classification": Task(classification_sums, classification_metrics, OBJECTIVES["classification"]),
+    "regression": Task(regression_sums, regression_metrics, OBJECTIVES["regression"]),
 }

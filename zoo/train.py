@@ -61,6 +61,34 @@ def build_model(cfg: DictConfig, data: Dataset) -> nnx.Module:
                         f"{data.input_shape}): {e}; model=linear and model=mlp take any input.") from None
 
 
+def unrolled_on_cpu(model: nnx.Module) -> bool:
+    """Convnets on CPU run one unrolled step per call: XLA:CPU runs their convolutions slower inside a loop."""
+    return jax.default_backend() == "cpu" and any(isinstance(m, nnx.Conv) for _, m in model.iter_modules())
+
+
+def default_steps_per_call(unroll: bool) -> int:
+    # unrolled convnets pay compile time per step instead, so they keep K=1
+    return 1 if unroll else DEFAULT_STEPS_PER_CALL
+
+
+def eval_host_batches(data: Dataset, batch_size: int) -> dict:
+    """split -> padded host batches for every eval split, the periodic one (data.eval_split) first."""
+    periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
+    return {s: eval_batches(data.splits[s], batch_size) for s in periodic_first}
+
+
+def eval_step_for(cfg: DictConfig, eval_step):
+    """With trainer.ema_decay every eval (periodic, final, eval.py) scores the averaged parameters."""
+    return eval_step if cfg.trainer.ema_decay is None else evaluating_averaged(eval_step)
+
+
+def ema_note(cfg: DictConfig) -> dict:
+    """What results.json says about the parameters its metrics were computed with."""
+    if cfg.trainer.ema_decay is None:
+        return {}
+    return {"eval_params": f"exponential moving average, trainer.ema_decay={cfg.trainer.ema_decay}"}
+
+
 def load_dataset_once(dataset_cfg, data_dir: str) -> Dataset:
     """In multi-process runs process 0 prepares the data; the others read it once it is complete."""
     if not is_primary():
@@ -90,19 +118,15 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     model = mode.prepare_model(build_model(cfg, data))
     tx = build_optimizer(cfg, total_steps)
     graphdef, host_state = create_state(model, tx, cfg.seed)
-    unroll = jax.default_backend() == "cpu" and any(isinstance(m, nnx.Conv) for _, m in model.iter_modules())
+    unroll = unrolled_on_cpu(model)
     gradients = privacy.gradients(model, graphdef, task, mode.axis_name, mode.num_devices, unroll) if privacy else None
     train_chunk, eval_step, zero_sums = make_steps(graphdef, task, tx, mode.axis_name, unroll=unroll,
                                                    gradients=gradients)
-    if cfg.trainer.ema_decay is not None:  # every eval (periodic, final, eval.py) scores the averaged parameters
-        eval_step = evaluating_averaged(eval_step)
-    eval_batch_size = round_up(cfg.trainer.eval_batch_size, mode.num_devices)
-    periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
-    host_batches = {s: eval_batches(data.splits[s], eval_batch_size) for s in periodic_first}
+    eval_step = eval_step_for(cfg, eval_step)
+    host_batches = eval_host_batches(data, round_up(cfg.trainer.eval_batch_size, mode.num_devices))
     treedef = jax.tree.structure(host_state)
     train_fn, eval_fn = mode.compile(over_leaves(train_chunk, treedef), eval_step, host_state)
-    # unrolled convnets pay compile time per step instead, so they keep K=1
-    steps_per_call = cfg.trainer.steps_per_call or (1 if unroll else DEFAULT_STEPS_PER_CALL)
+    steps_per_call = cfg.trainer.steps_per_call or default_steps_per_call(unroll)
     compiled = Compiled(mode, train_fn, eval_fn, zero_sums(host_state, host_batches["test"][0]), task, treedef,
                         steps_per_call)
     eval_sets = {s: ([mode.put_batch(b) for b in batches], len(data.splits[s])) for s, batches in host_batches.items()}
@@ -151,8 +175,7 @@ def train(cfg: DictConfig) -> dict:
                       examples_per_s=examples_per_s, devices=mode.num_devices, parallel=cfg.parallel.mode)
         extras["model"] = {**model, "achieved_gflop_s": achieved_gflop_s(model, run.stream.batch_size,
                                                                          examples_per_s)}
-        if cfg.trainer.ema_decay is not None:
-            extras["eval_params"] = f"exponential moving average, trainer.ema_decay={cfg.trainer.ema_decay}"
+        extras.update(ema_note(cfg))
         if run.privacy:
             extras["privacy"] = run.privacy.record(step)  # the steps run: early stopping may end sooner
         results = out.finish(step, train_metrics, split_metrics, mode.get(state), **extras)

@@ -2,11 +2,9 @@
 
 Hydra imports every plugin on every run, so this module imports neither Optuna nor JAX.
 """
-import sys
-
 from hydra.plugins.sweeper import Sweeper
 
-from zoo.errors import UserError
+from zoo.errors import UserError, exit_with
 from zoo.sweeps.config import register
 
 register()
@@ -30,5 +28,4 @@ def _or_exit(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
+        exit_with(e)

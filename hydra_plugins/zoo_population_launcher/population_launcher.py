@@ -2,11 +2,12 @@
 
 Hydra imports every plugin on every run, so this module imports neither JAX nor the zoo's training code.
 """
-import sys
 from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.launcher import Launcher
+
+from zoo.errors import UserError, exit_with
 
 
 @dataclass
@@ -22,9 +23,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="population", node=Pop
 class PopulationLauncher(Launcher):
     def __init__(self, max_size: int = 64) -> None:
         if not (isinstance(max_size, int) and max_size > 0):
-            print(f"error: hydra.launcher.max_size must be a positive number of members, got {max_size!r}.",
-                  file=sys.stderr)
-            sys.exit(2)
+            exit_with(UserError(f"hydra.launcher.max_size must be a positive number of members, got {max_size!r}."))
         self.max_size = max_size
         self.config = self.task_function = self.hydra_context = None
 

@@ -28,7 +28,7 @@ def chunk_benchmarks(kind: str, sizes, where) -> list:
     n = sizes.chunk_steps[kind]
     logger = RunLogger(out_dir, cfg.logger, n)
     box = {"zoo": mode.put_state(run.host_state)}
-    ref_state, ref_step = reference_for(kind, cfg, run, sizes)
+    ref_state, ref_step = reference_for(kind, cfg, run)
     box["ref"] = ref_state
     train = run.data.splits["train"]
 

@@ -38,7 +38,7 @@ def build_case(kind: str, sizes, where, out_dir: str):
         return cfg, build(cfg)
 
 
-def reference_for(kind: str, cfg, run, sizes):
+def reference_for(kind: str, cfg, run):
     tx = optax.adamw(cfg.optimizer.learning_rate, weight_decay=cfg.optimizer.weight_decay)
     hidden = (cfg.model.dense,) if kind == "cnn" else tuple(cfg.model.get("hidden", ()))
     return make_reference(kind, run.data.task, run.data.input_shape, run.data.out_features, tx, seed=cfg.seed,
@@ -58,7 +58,7 @@ def step_benchmarks(kind: str, sizes, where) -> list:
     compiled, mode, stream = run.compiled, run.compiled.mode, run.stream
     state, acc = mode.put_state(run.host_state), mode.put_replicated(compiled.zero_sums)
     batch_size = stream.batch_size
-    ref_state, ref_step = reference_for(kind, cfg, run, sizes)
+    ref_state, ref_step = reference_for(kind, cfg, run)
 
     # 4. compile times (zoo train and eval step; the reference step for comparison)
     host = [stream.chunk(s, 1) for s in range(max(sizes.steps[kind], sizes.loop_steps.get(kind, 0)))]

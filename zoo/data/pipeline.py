@@ -103,7 +103,19 @@ def build_dataset(cfg, arrays: dict) -> Dataset:
     return Dataset(splits, cfg.task, tuple(x_train.shape[1:]), int(out_features), norm_x, y_scaler)
 
 
-class TrainStream:
+class IndexedStream:
+    """What every train stream shares: a step's place in its epoch, and batches gathered by its `indices`."""
+
+    def position(self, step: int) -> tuple:
+        return divmod(step, self.steps_per_epoch)  # (epoch, index in epoch)
+
+    def chunk(self, step: int, k: int, pad_to: int | None = None) -> dict:
+        """The batches of `indices`, stacked: x (k, B, ...), y (k, B, ...), mask (k, B)."""
+        idx, mask = self.indices(step, k, pad_to)
+        return {"x": self.split.x[idx], "y": self.split.y[idx], "mask": mask}
+
+
+class TrainStream(IndexedStream):
     """Fixed-size shuffled batches; the last partial batch of each epoch is dropped (fresh order next epoch)."""
 
     def __init__(self, split: Split, batch_size: int, seed: int):
@@ -119,9 +131,6 @@ class TrainStream:
             order = np.random.default_rng([self.seed, epoch]).permutation(len(self.split))
             self._epoch, self._order = epoch, order.astype(np.int32)
         return self._order
-
-    def position(self, step: int) -> tuple:
-        return divmod(step, self.steps_per_epoch)  # (epoch, index in epoch)
 
     def indices(self, step: int, k: int, pad_to: int | None = None) -> tuple:
         """Example indices (k, B) int32 of the batches of steps [step, step + k) and their mask (k, B).
@@ -139,11 +148,6 @@ class TrainStream:
         mask = np.zeros((rows, b), np.float32)
         mask[:k] = 1.0
         return idx, mask
-
-    def chunk(self, step: int, k: int, pad_to: int | None = None) -> dict:
-        """The batches of `indices`, stacked: x (k, B, ...), y (k, B, ...), mask (k, B)."""
-        idx, mask = self.indices(step, k, pad_to)
-        return {"x": self.split.x[idx], "y": self.split.y[idx], "mask": mask}
 
 
 def eval_batches(split: Split, batch_size: int) -> list:

@@ -12,7 +12,7 @@ INPUT_DTYPE = "float32"
 
 
 def output_names(task: str) -> list:
-    """In the order jax.export and ONNX return them (a dict's outputs are flattened by sorted key)."""
+    """In the order the jax.export program returns them (a dict's outputs are flattened by sorted key)."""
     return ["logits", "probabilities"] if task == "classification" else ["predictions"]
 
 

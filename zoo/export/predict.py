@@ -6,7 +6,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import warnings
 
 import jax
@@ -14,6 +13,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.errors import UserError
+from zoo.files import write_text
 
 
 def _check_command(cfg: DictConfig) -> None:
@@ -44,6 +44,7 @@ def load_export(run_dir: str):
         _ = signature["input"]["shape"][1:], signature["task"]  # what predicting reads of it
         with open(os.path.join(directory, signature["model"]), "rb") as f:
             exported = jax.export.deserialize(bytearray(f.read()))
+        _check_signature(exported, signature)
     except Exception as e:  # noqa: BLE001 — a damaged artifact fails in the reader or deserializer in many ways
         raise UserError(f"run_dir={run_dir} has no readable export ({type(e).__name__}: {e}); run "
                         f"`python export.py run_dir={run_dir}` first.") from None
@@ -51,6 +52,16 @@ def load_export(run_dir: str):
         raise UserError(f"the export in {directory} runs on {list(exported.platforms)}, not on this "
                         f"{jax.default_backend()}; export it again with platforms=[{jax.default_backend()}].")
     return exported, signature
+
+
+def _check_signature(exported, signature: dict) -> None:
+    """signature.json describes this program: the shape of its examples and what its task reads of its outputs."""
+    shape = [int(d) for d in exported.in_avals[0].shape[1:]]
+    if shape != list(signature["input"]["shape"][1:]):
+        raise ValueError(f"signature.json gives input shape {signature['input']['shape'][1:]}; the model takes {shape}")
+    outputs = sorted(jax.tree.unflatten(exported.out_tree, [None] * exported.out_tree.num_leaves))
+    if ("probabilities" if signature["task"] == "classification" else "predictions") not in outputs:
+        raise ValueError(f"signature.json gives task {signature['task']}; the model returns {outputs}")
 
 
 def _expected(shape: tuple) -> str:
@@ -111,18 +122,6 @@ def to_csv(outputs: dict, task: str) -> str:
     return "\n".join(",".join(r) for r in [header, *rows]) + "\n"
 
 
-def _write_atomically(path: str, text: str) -> None:
-    fd, staging = tempfile.mkstemp(prefix=".predict-", dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(staging, path)
-    except BaseException:
-        if os.path.exists(staging):
-            os.unlink(staging)
-        raise
-
-
 def predict(cfg: DictConfig) -> dict:
     _check_command(cfg)
     exported, signature = load_export(cfg.run_dir)
@@ -133,6 +132,6 @@ def predict(cfg: DictConfig) -> dict:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        _write_atomically(cfg.output, text)
+        write_text(cfg.output, text)
         print(f"wrote {len(x)} predictions to {cfg.output}", file=sys.stderr)
     return {"outputs": outputs, "count": len(x), "objective": None}

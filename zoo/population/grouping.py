@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.errors import UserError
 from zoo.optim import hyperparameters
-from zoo.resume import _flatten
+from zoo.resume import dotted_settings
 
 MEMBER_VALUE = "<per member>"
 
@@ -42,9 +42,9 @@ def group_indices(cfgs: list, max_size: int) -> list:
 
 def check_one_group(cfgs: list) -> None:
     """Members of one population may differ only in batched values; anything else would change shapes."""
-    first = _flatten(_shared_part(cfgs[0]))
+    first = dotted_settings(_shared_part(cfgs[0]))
     for cfg in cfgs[1:]:
-        other = _flatten(_shared_part(cfg))
+        other = dotted_settings(_shared_part(cfg))
         changed = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
         if changed:
             raise UserError("a population's members may differ only in seed, numeric optimizer settings (not "

@@ -11,7 +11,6 @@ import copy
 import functools
 import logging
 import os
-import sys
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -19,7 +18,7 @@ from hydra.core.utils import _save_config, configure_log, filter_overrides, run_
 from omegaconf import OmegaConf, open_dict, read_write
 
 from zoo import preemption
-from zoo.errors import UserError
+from zoo.errors import UserError, exit_with
 from zoo.sweeps.stop_on_signal import deferred, end_sweep_if_stopped
 
 log = logging.getLogger(__name__)
@@ -112,8 +111,7 @@ def _check_settings(cfgs: list) -> None:
         for cfg in cfgs:
             check_population_settings(cfg)
     except UserError as e:  # the whole sweep would fail the same way: one sentence, before any training
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
+        exit_with(e)
 
 
 def _train_group(trainer, jobs: list, task_cfgs: list) -> list:

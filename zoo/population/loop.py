@@ -12,8 +12,8 @@ import jax
 import numpy as np
 
 from zoo.errors import UserError
-from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, _check_finite, _next_boundary,
-                      call_length, metric_summary)
+from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, check_finite, next_boundary,
+                      call_length, log_period, metric_summary)
 from zoo.population.logs import member_lines
 from zoo.population.program import member
 
@@ -42,7 +42,7 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     `accs` holds each member's partial metric sums (restored ones after a resume). `eval_set` is the periodic
     split's (name, device batches, example count). `steps_per_call` is K when trainer.steps_per_call is
     null (as zoo.train chooses it). Members that fail or are pruned get `error` set."""
-    log_every = 1 if cfg.nan_check == "step" else cfg.log_every
+    log_every = log_period(cfg)
     checkpoint_every, eval_every = cfg.checkpoint_every, cfg.eval_every
     for m in members:
         m.end = m.outputs.end_step
@@ -51,7 +51,7 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     interval_start, t_log = step, time.perf_counter()
     saves = []  # (member, step, host state, host sums, eval metrics) written while the next chunk computes
     while step < total_steps and any(m.error is None and step < m.end for m in members):
-        k = min(length, _next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
+        k = min(length, next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
         idx, mask = _member_rows(members, step, k, length, program.size)
         states, accs = program.train_chunk(states, accs, idx, mask, hyper)
         _write(saves)
@@ -111,7 +111,7 @@ def _log_train(program, accs, members, step, interval_start, seconds, task, each
             continue  # a member not started yet keeps its restored partial sums; an ended one logs no more
         metrics = task.metrics(member(host, i))
         try:
-            _check_finite(metrics, step, m.last_finite, m.stream.position(step - 1) if each_step else None)
+            check_finite(metrics, step, m.last_finite, m.stream.position(step - 1) if each_step else None)
         except NonFiniteLoss as e:
             m.error = e
             continue

@@ -11,14 +11,12 @@ import time
 
 import jax
 import numpy as np
-from flax import nnx
 
 from zoo.config import validate
-from zoo.data import TrainStream, eval_batches
+from zoo.data import TrainStream
 from zoo.data.feed import MB, fits_on_device, split_bytes
-from zoo.ema import evaluating_averaged
 from zoo.errors import UserError
-from zoo.loop import DEFAULT_STEPS_PER_CALL, total_steps_for
+from zoo.loop import total_steps_for
 from zoo.optim import build_optimizer, check_run_length, hyperparameters
 from zoo.outputs import open_outputs
 from zoo.parallel import cpu_cores, select_devices
@@ -32,7 +30,8 @@ from zoo.steps import make_steps
 from zoo.summary import achieved_gflop_s, count_parameters, report, step_flops
 from zoo.sweeps.trial_link import eval_reporter
 from zoo.tasks import TASKS
-from zoo.train import build_model, load_dataset_once, setup_compilation_cache
+from zoo.train import (build_model, default_steps_per_call, ema_note, eval_host_batches, eval_step_for,
+                       load_dataset_once, setup_compilation_cache, unrolled_on_cpu)
 
 log = logging.getLogger("zoo")
 
@@ -99,13 +98,11 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     # over the whole group: a dropout rate all members share is a constant of member 0's graphdef, whoever
     # of them fails to open its outputs below
     hypers = member_hyperparameters(cfgs)
-    unroll = jax.default_backend() == "cpu" and any(isinstance(m, nnx.Conv) for _, m in models[0].iter_modules())
+    unroll = unrolled_on_cpu(models[0])
     optimizer = functools.partial(_member_optimizer, cfg, total_steps)
     train_chunk, eval_step, zero_sums = make_steps(graphdef, task, optimizer, unroll=unroll)
-    if cfg.trainer.ema_decay is not None:
-        eval_step = evaluating_averaged(eval_step)
-    periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
-    host_batches = {s: eval_batches(data.splits[s], cfg.trainer.eval_batch_size) for s in periodic_first}
+    eval_step = eval_step_for(cfg, eval_step)
+    host_batches = eval_host_batches(data, cfg.trainer.eval_batch_size)
     zero = zero_sums(initial[0][1], host_batches["test"][0])
     members, outcomes, logs = [], [None] * len(cfgs), MemberLogs(hydra_cfgs[0])
     try:  # every member opened is closed, whatever ends the group
@@ -141,7 +138,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                                     next(iter(host_batches.values()))[0], 1))
         model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
         _train(program, run, [cfgs[i] for i, _ in members], [hypers[i] for i, _ in members], task, total_steps,
-               eval_sets, model, t0, steps_per_call=1 if unroll else DEFAULT_STEPS_PER_CALL)  # as zoo.train chooses
+               eval_sets, model, t0, steps_per_call=default_steps_per_call(unroll))
     finally:
         try:
             for _, m in members:
@@ -170,9 +167,14 @@ def member_devices(cfg, devices: list, members: int, train_split) -> list:
 
 
 def member_hyperparameters(cfgs: list) -> list:
-    """Each member's traced hyperparameters. A dropout rate all members share stays a Python number in the
-    model, as in a solo run: a traced rate draws masks on every step, at rate 0 too."""
+    """Each member's traced hyperparameters: those the members set differently. A value all share stays a Python
+    number, as in a solo run: a traced dropout rate draws masks on every step, at rate 0 too, and optax's
+    schedules and optimizers may branch on their settings' values."""
     hypers = [hyperparameters(c) for c in cfgs]
+    for name in list(hypers[0]["optimizer"]):
+        if len({h["optimizer"][name] for h in hypers}) == 1:
+            for h in hypers:
+                del h["optimizer"][name]
     if len({h.get("dropout") for h in hypers}) == 1:
         for h in hypers:
             h.pop("dropout", None)
@@ -228,8 +230,7 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
         extras = dict(steps=m.end, start_step=m.outputs.start_step, wall_time_s=wall_time_s,
                       examples_per_s=examples_per_s, devices=program.num_devices, parallel=c.parallel.mode,
                       model={**model, "achieved_gflop_s": achieved}, population={"members": len(run), "member": i})
-        if c.trainer.ema_decay is not None:
-            extras["eval_params"] = f"exponential moving average, trainer.ema_decay={c.trainer.ema_decay}"
+        extras.update(ema_note(c))
         try:
             with member_lines(c.paths.output_dir):
                 m.results = m.outputs.finish(m.end, m.train_metrics, {s: v[i] for s, v in split_metrics.items()},

@@ -6,7 +6,7 @@ from typing import Optional
 from zoo.errors import UserError
 
 MODES = ("none", "dpsgd")
-ACCOUNTANTS = ("pld", "rdp")
+ACCOUNTANT_NAMES = ("pld", "rdp")
 
 
 @dataclass
@@ -19,27 +19,25 @@ class PrivacyConfig:
     accountant: str = "pld"  # pld (privacy loss distributions, tight) | rdp (Renyi DP, faster, looser)
 
 
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
 def validate_privacy(cfg) -> None:
     """`cfg` is the whole train config: DP-SGD also constrains the model."""
+    from zoo.config import is_positive_finite  # zoo.config imports this module for its schema
+
     p = cfg.privacy
     if p.mode not in MODES:
         raise UserError(f"privacy.mode must be one of {MODES}, got {p.mode!r}.")
     if p.mode == "none":
         return
-    if p.accountant not in ACCOUNTANTS:
-        raise UserError(f"privacy.accountant must be one of {ACCOUNTANTS}, got {p.accountant!r}.")
-    if not (_positive(p.l2_clip) and math.isfinite(p.l2_clip)):  # unbounded gradients: no noise makes them private
+    if p.accountant not in ACCOUNTANT_NAMES:
+        raise UserError(f"privacy.accountant must be one of {ACCOUNTANT_NAMES}, got {p.accountant!r}.")
+    if not is_positive_finite(p.l2_clip):  # unbounded gradients: no noise makes them private
         raise UserError(f"privacy.l2_clip must be a positive finite number, got {p.l2_clip!r}.")
     if p.noise_multiplier is None and p.target_epsilon is None:
         raise UserError("privacy=dpsgd needs privacy.target_epsilon (the noise is then solved for the run) or "
                         "privacy.noise_multiplier; set one of them.")
     if p.noise_multiplier is not None and not (p.noise_multiplier >= 0 and math.isfinite(p.noise_multiplier)):
         raise UserError(f"privacy.noise_multiplier must be a finite number >= 0, got {p.noise_multiplier!r}.")
-    if p.target_epsilon is not None and not (_positive(p.target_epsilon) and math.isfinite(p.target_epsilon)):
+    if p.target_epsilon is not None and not is_positive_finite(p.target_epsilon):
         raise UserError(f"privacy.target_epsilon must be a positive finite number, got {p.target_epsilon!r}.")
     if p.delta is not None and not 0 < p.delta < 1:
         raise UserError(f"privacy.delta must be in (0, 1), got {p.delta!r}.")

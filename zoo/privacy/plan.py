@@ -114,3 +114,9 @@ class EpsilonLogger:
 
     def __getattr__(self, name):
         return getattr(self._logger, name)
+
+    def __setattr__(self, name, value):  # e.g. the model summary's FLOPs, which the train records' GFLOP/s use
+        if name in ("_logger", "_plan"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._logger, name, value)

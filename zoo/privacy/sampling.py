@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from zoo.data.pipeline import IndexedStream
+
 SAMPLING_STREAM = 0x5A3D  # seeds (seed, stream, step): apart from the epoch shuffles seeded (seed, epoch)
 
 
@@ -37,7 +39,7 @@ def chunk_bounds(expected: float, rows: int, first_stds: float) -> list:
     return [0, *range(first, rows, step), rows]
 
 
-class PoissonStream:
+class PoissonStream(IndexedStream):
     """The TrainStream interface (batch_size, steps_per_epoch, position, chunk) for Poisson-sampled steps.
 
     The sample of a step depends on (seed, step) alone, so a resumed run draws the same batches.
@@ -49,9 +51,6 @@ class PoissonStream:
         self.split, self.batch_size, self.seed, self.rows = split, batch_size, seed, rows
         self.q = batch_size / len(split)
         self.steps_per_epoch = len(split) // batch_size
-
-    def position(self, step: int) -> tuple:
-        return divmod(step, self.steps_per_epoch)
 
     def sample(self, step: int) -> np.ndarray:
         """Indices of the examples in step `step`'s batch, at most `rows` of them."""
@@ -67,8 +66,3 @@ class PoissonStream:
             chosen = self.sample(step + i)
             idx[i, :len(chosen)], mask[i, :len(chosen)] = chosen, 1.0
         return idx, mask
-
-    def chunk(self, step: int, k: int, pad_to: int | None = None) -> dict:
-        """The batches of `indices`, stacked: x (k, rows, ...), y (k, rows, ...), mask (k, rows)."""
-        idx, mask = self.indices(step, k, pad_to)
-        return {"x": self.split.x[idx], "y": self.split.y[idx], "mask": mask}

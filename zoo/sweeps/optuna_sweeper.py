@@ -13,13 +13,13 @@ from hydra._internal.grammar.utils import escape_special_characters
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from zoo.errors import UserError
 from zoo.loop import TrialPruned
 from zoo.sweeps import trial_link
 from zoo.sweeps.search_space import parse_search_space
+from zoo.targets import safe_instantiate
 
 log = logging.getLogger(__name__)
 DIRECTIONS = ("minimize", "maximize")
@@ -32,27 +32,15 @@ def build_optuna_object(node, module_name: str, base_name: str, setting: str):
 
     module = importlib.import_module(module_name)
     base = getattr(module, base_name)
+    example = f"{module_name}.{'TPESampler' if base_name == 'BaseSampler' else 'MedianPruner'}"
 
-    def check(n, where):
-        if isinstance(n, DictConfig):
-            target = str(n.get("_target_", ""))
-            prefix, _, name = target.rpartition(".")
-            cls = getattr(module, name, None) if prefix == module_name and not name.startswith("_") else None
-            if "_target_" in n and not (isinstance(cls, type) and issubclass(cls, base)):
-                raise UserError(f"{where}._target_={target!r} is not a class of {module_name}; name one, e.g. "
-                                f"{module_name}.{'TPESampler' if base_name == 'BaseSampler' else 'MedianPruner'}.")
-            for key, value in n.items():
-                check(value, f"{where}.{key}")
-        elif isinstance(n, ListConfig):
-            for i, value in enumerate(n):
-                check(value, f"{where}[{i}]")
+    def refusal(target):
+        prefix, _, name = str(target).rpartition(".")
+        cls = getattr(module, name, None) if prefix == module_name and not name.startswith("_") else None
+        return None if isinstance(cls, type) and issubclass(cls, base) else (
+            f"it is not a class of {module_name}; name one, e.g. {example}")
 
-    check(node, setting)
-    try:
-        return instantiate(node)
-    except Exception as e:  # hydra wraps the constructor's error; its last line names the bad argument
-        cause = e.__cause__ or e
-        raise UserError(f"{setting} could not be built: {str(cause).strip().splitlines()[-1]}") from None
+    return safe_instantiate(node, setting, refusal)
 
 
 def directions_of(direction, directions) -> list:

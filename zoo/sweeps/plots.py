@@ -1,7 +1,8 @@
 """summary.png: the objective against each swept parameter, or a multi-objective sweep's Pareto front."""
 import math
-import os
 import re
+
+from zoo.files import replacing
 
 
 def natural(text: str) -> list:
@@ -18,10 +19,9 @@ def _pyplot():
 
 
 def _save(fig, path: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"  # parallel launchers may update the summary from several processes
-    fig.savefig(tmp, format="png", dpi=100)
+    with replacing(path) as staging:
+        fig.savefig(staging, format="png", dpi=100)
     _pyplot().close(fig)
-    os.replace(tmp, path)  # readers never see a half-written file
 
 
 def write_plot(s: dict, path: str) -> None:

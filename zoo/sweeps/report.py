@@ -16,10 +16,11 @@ import sys
 
 from omegaconf import OmegaConf
 
+from zoo.config import OBJECTIVES, direction_of
+from zoo.files import write_text
 from zoo.sweeps import pareto, plots
 from zoo.sweeps.jobs import finite, find_job_dirs, read_job
 
-MINIMIZED_METRICS = ("loss", "mse", "mae", "wall_time_s")
 STATUS_ORDER = {"completed": 0, "pruned": 1, "unfinished": 2, "failed": 3}
 
 
@@ -31,13 +32,9 @@ def objective_and_direction(job_dir: str) -> tuple:
     hydra_cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "hydra.yaml"))
     name = OmegaConf.select(cfg, "optimized_metric")
     if name is None:
-        from zoo.tasks import TASKS  # imports JAX; only needed when the metric is the task's default
-
-        task = TASKS[OmegaConf.select(cfg, "dataset.task", default="classification")]
-        name, direction = f"test/{task.objective}", task.direction
-    else:
-        name = name if isinstance(name, str) else [str(n) for n in name]
-        direction = [_direction_of(n) for n in name] if isinstance(name, list) else _direction_of(name)
+        name = f"test/{OBJECTIVES[OmegaConf.select(cfg, 'dataset.task', default='classification')]}"
+    name = name if isinstance(name, str) else [str(n) for n in name]
+    direction = [direction_of(n) for n in name] if isinstance(name, list) else direction_of(name)
     swept = OmegaConf.select(hydra_cfg, "hydra.sweeper.directions", default=None)
     swept = swept if swept is not None else OmegaConf.select(hydra_cfg, "hydra.sweeper.direction", default=None)
     if swept is not None:
@@ -45,10 +42,6 @@ def objective_and_direction(job_dir: str) -> tuple:
         swept = [str(d).rpartition(".")[2].lower() for d in (swept if isinstance(swept, list) else [swept])]
         direction = swept if isinstance(name, list) else swept[0]
     return name, direction
-
-
-def _direction_of(metric_name: str) -> str:
-    return "minimize" if metric_name.rpartition("/")[2] in MINIMIZED_METRICS else "maximize"
 
 
 def collect(root: str, known: dict = None) -> dict:
@@ -108,14 +101,6 @@ def _cells(s: dict, i: int, r: dict) -> dict:
             "overrides": " ".join(r["overrides"]), "run_dir": r["run_dir"]}
 
 
-def _tmp(path: str) -> str:
-    return f"{path}.{os.getpid()}.tmp"  # parallel launchers may update the summary from several processes
-
-
-def _write_text(path: str, text: str) -> None:
-    with open(_tmp(path), "w", newline="") as f:
-        f.write(text)
-    os.replace(_tmp(path), path)  # readers never see a half-written file
 
 
 def write_csv(s: dict, path: str) -> None:
@@ -123,7 +108,7 @@ def write_csv(s: dict, path: str) -> None:
     out = csv.DictWriter(buf, [*_columns(s), "overrides", "run_dir"])
     out.writeheader()
     out.writerows(_cells(s, i, r) for i, r in enumerate(s["rows"]))
-    _write_text(path, buf.getvalue())
+    write_text(path, buf.getvalue())
 
 
 def _md(value) -> str:
@@ -147,7 +132,7 @@ def write_markdown(s: dict, path: str) -> None:
              f"Fixed overrides: `{' '.join(fixed) or 'none'}`.", "", best_text(s), "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_md(_cells(s, i, r)[c]) for c in cols) + " |" for i, r in enumerate(rows)]
-    _write_text(path, "\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def best_text(s: dict) -> str:

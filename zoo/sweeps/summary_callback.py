@@ -9,7 +9,6 @@ back (a population's members, inside `summary_after_batch()`) get one summary, a
 """
 import contextlib
 import functools
-import json
 import logging
 import os
 import traceback
@@ -20,6 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from zoo.errors import UserError
+from zoo.files import write_json
 from zoo.loop import TrialPruned
 from zoo.run_logger import draw_summary_plot
 from zoo.sweeps import report
@@ -50,10 +50,7 @@ def write_failure(job_dir: str, job_return: JobReturn) -> None:
               "overrides": list(job_return.overrides or []),
               "traceback": "".join(traceback.format_exception(error))}
     os.makedirs(job_dir, exist_ok=True)
-    path = os.path.join(job_dir, "failure.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=2)
-    os.replace(path + ".tmp", path)  # a kill mid-write never leaves a half-written record
+    write_json(os.path.join(job_dir, "failure.json"), record)
 
 
 class SweepSummary(Callback):

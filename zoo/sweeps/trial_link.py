@@ -88,7 +88,7 @@ def eval_reporter(cfg, task, hydra_cfg=None):
     pruner_cfg = OmegaConf.select(hydra_cfg, "sweeper.pruner")
     if number is None or pruner_cfg is None:
         return None
-    name = cfg.optimized_metric or f"test/{task.objective}"
+    name = task.optimized(cfg)
     metric = str(name).rpartition("/")[2]
     task_metrics = METRICS[cfg.dataset.task]
     if metric not in task_metrics:
