@@ -28,6 +28,7 @@ from zoo.data import build_dataset, embedded, load_dataset
 from zoo.errors import Interrupted, UserError
 from zoo.evaluate import evaluate
 from zoo.loop import NonFiniteLoss
+from zoo.preemption import Preempted
 from zoo.train import build, train
 
 CALLBACK = "++hydra.callbacks.run_dir_check._target_=zoo.cli.RunDirCheck"  # the conf registers it by name too
@@ -336,12 +337,15 @@ def test_a_run_with_a_schedule_continues_only_under_the_length_it_was_scheduled_
     """The schedule's curve spans the run: steps 4-6 of a 6-step cosine would follow a curve that steps 0-4,
     scheduled over 4 steps, did not. With a constant rate a longer run continues (test_checkpoint.py)."""
     scheduled = ["debug=smoke", "schedule=warmup_cosine", "schedule.warmup_steps=1"]
-    train(make_cfg(*scheduled, "trainer.max_steps=4"))
+    first = train(make_cfg(*scheduled, "trainer.max_steps=4"))
     saved = (tmp_path / "run" / "results.json").read_text()
-    with pytest.raises(UserError, match=r"was trained with other settings: trainer\.max_steps \(4 -> 6\); restore "
-                                        r"those settings or start in a new hydra\.run\.dir\.$"):
-        train(make_cfg(*scheduled, "trainer.max_steps=6"))
+    for other_length in (["trainer.max_steps=6"], ["trainer.max_steps=8", "trainer.batch_size=8"]):
+        with pytest.raises(UserError, match=r"follow a learning-rate schedule over 4 steps, and trainer\.epochs, "
+                                            r"trainer\.max_steps and trainer\.batch_size now give [68]; restore them"):
+            train(make_cfg(*scheduled, *other_length))
     assert (tmp_path / "run" / "results.json").read_text() == saved
+    same_length = train(make_cfg(*scheduled, "trainer.max_steps=4", "trainer.epochs=2"))  # still 4 steps
+    assert same_length["test"] == first["test"]
 
 
 @pytest.mark.parametrize("changed", ["optimizer.learning_rate=0.01", "seed=5", "trainer.batch_size=8"])
@@ -566,6 +570,13 @@ def test_hydra_full_error_shows_the_traceback_behind_every_error(make_cfg, capsy
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(UserError, match="trainer.batch_size"):  # Hydra prints it with its traceback
         run_task(refused, cfg)
+
+    def stopped(cfg):
+        raise Preempted(6, signal.SIGTERM, "/runs/x")
+
+    with pytest.raises(SystemExit) as exit_:  # a stop keeps its exit code: requeue scripts read 128 + signal
+        run_task(stopped, cfg)
+    assert exit_.value.code == 143
 
 
 # --- The real commands: exit codes, and never a traceback ----------------------------------------------------------

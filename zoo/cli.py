@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from zoo import run_record
 from zoo.errors import Interrupted, UserError, exit_with
-from zoo.preemption import interrupts_remembered
+from zoo.preemption import Preempted, interrupts_remembered
 
 
 def in_multirun() -> bool:
@@ -84,7 +84,7 @@ def run_task(fn, cfg):
             return fn(cfg).get("objective")
     except UserError as e:
         run_record.restore(OmegaConf.select(cfg, "paths.output_dir"))  # refused before it opened its outputs
-        if in_multirun() or _full_errors():
+        if in_multirun() or (_full_errors() and not isinstance(e, (Interrupted, Preempted))):  # stops keep their codes
             if isinstance(e, Interrupted):
                 raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial
             raise  # a sweep's trial fails alone; with HYDRA_FULL_ERROR=1 Hydra prints the traceback

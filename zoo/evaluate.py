@@ -35,6 +35,8 @@ def _open_checkpoints(run_dir: str) -> Checkpoints:
     directory = os.path.join(run_dir, "checkpoints")
     ckpts = Checkpoints(directory, read_only=True) if os.path.isdir(directory) else None
     if ckpts is None or not ckpts.steps():
+        if ckpts is not None:
+            ckpts.close()
         raise UserError(f"run_dir={run_dir} has no complete checkpoint in checkpoints/; train it (with "
                         "checkpoint.enabled=true) or pass another run_dir.")
     return ckpts

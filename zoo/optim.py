@@ -46,7 +46,8 @@ def learning_rate(cfg, total_steps: int, peak=None):
     # A traced peak: optax's schedules test their values in Python (`peak_value == 0`), so the schedule is built
     # for a peak of 1 with its other values in units of the peak, then scaled; optax's schedules are affine in
     # their values, so this is the same curve.
-    relative = {k: v / peak for k, v in cfg.schedule.items() if k.endswith("_value") and k != "peak_value"}
+    relative = {k: v / peak for k, v in cfg.schedule.items()
+                if k.endswith("_value") and k != "peak_value" and is_number(v)}  # others fail in _build, one sentence
     unit = _build("schedule", cfg.schedule, schedule, peak_value=1.0, decay_steps=max(updates, 1), **relative)
     return lambda count: peak * unit(count)
 

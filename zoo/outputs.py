@@ -112,6 +112,7 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
             raise UserError(f"hydra.run.dir={out_dir} holds a run at step {start_step}, past the {total_steps} steps "
                             "trainer.epochs and trainer.max_steps now give; restore them or choose a new "
                             "hydra.run.dir.")
+        _check_scheduled_length(cfg, meta, total_steps, ckpts)
         ended = start_step == total_steps or stopped_early
         recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
             else None
@@ -136,11 +137,24 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     if privacy:
         logger = EpsilonLogger(logger, privacy)
     run_record.accepted(out_dir)  # from here on, .hydra/ describes this run, whatever ends it
-    return RunOutputs(cfg, task, total_steps, ckpts, logger, _saver(cfg, ckpts, stream, early), zero_sums, target,
+    saver = _saver(cfg, ckpts, stream, total_steps, early)
+    return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
                       start_step, host_state, sums, early)
 
 
-def _saver(cfg: DictConfig, ckpts, stream, early=None):
+def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts) -> None:
+    """A learning-rate schedule spans the run's length: continued under another length, the rest of the run would
+    follow another curve than its first steps did. (Checkpoints saved before their length was recorded pass.)"""
+    scheduled = (meta or {}).get("total_steps")
+    if scheduled is None or scheduled == total_steps:
+        return
+    if cfg.schedule is not None or meta["config"].get("schedule") is not None:
+        raise UserError(f"the checkpoints in {ckpts.directory} follow a learning-rate schedule over {scheduled} "
+                        f"steps, and trainer.epochs, trainer.max_steps and trainer.batch_size now give {total_steps}; "
+                        "restore them or start in a new hydra.run.dir.")
+
+
+def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None):
     """save(step, host state, host sums, eval metrics): refuses non-finite params, so the latest is good."""
     config = OmegaConf.to_container(cfg, resolve=True)
 
@@ -152,7 +166,8 @@ def _saver(cfg: DictConfig, ckpts, stream, early=None):
             raise NonFiniteLoss(f"parameters became non-finite by step {step}; the checkpoint was not written "
                                 "— lower optimizer.learning_rate or set trainer.clip_norm.")
         epoch, index = stream.position(step)  # informative: the step alone decides the next batch
-        meta = {"step": step, "epoch": epoch, "index": index, "metrics": eval_metrics, "config": config}
+        meta = {"step": step, "epoch": epoch, "index": index, "metrics": eval_metrics, "config": config,
+                "total_steps": total_steps}
         if early is not None:  # patience survives a preemption
             meta["early_stopping"] = early.state_dict()
         ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)

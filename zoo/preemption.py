@@ -44,7 +44,7 @@ _unseen_interrupt = None  # a Ctrl-C before the train loop whose KeyboardInterru
 def interrupts_remembered():
     """Ctrl-C raises KeyboardInterrupt as usual, and is remembered until a train loop starts. Raised inside a
     garbage-collection callback (JAX runs one while compiling) Python only prints it and goes on: the loop then
-    stops at its first step instead of training to the end."""
+    stops at its first call boundary (log, eval or checkpoint step) instead of training to the end."""
     global _unseen_interrupt
     _unseen_interrupt = None
     if threading.current_thread() is not threading.main_thread():

@@ -33,14 +33,6 @@ def dotted_settings(tree, prefix=""):
     return {prefix[:-1]: tree}
 
 
-def length_defining(saved: dict, current: dict) -> tuple:
-    """A learning-rate schedule spans the run's length: resumed under another length, the rest of a run would
-    follow another curve than the one its first steps followed."""
-    if saved.get("schedule") is None and current.get("schedule") is None:
-        return ()
-    return "trainer.epochs", "trainer.max_steps"
-
-
 def changed_settings(saved: dict, current: dict, prefixes=STATE_DEFINING) -> list:
     old, new = dotted_settings(saved), dotted_settings(current)
     keys = {k for k in old.keys() | new.keys() if any(k == p or k.startswith(p + ".") for p in prefixes)}
@@ -113,8 +105,8 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target):
         check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
     except UserError as e:
         raise UserError(f"the config saved in {source.directory} is refused: {e}") from None
-    prefixes = STATE_DEFINING + resume_defining(saved_config, current) + length_defining(saved_config, current)
-    changed = changed_settings(_with_defaults(saved_config), current, prefixes)
+    changed = changed_settings(_with_defaults(saved_config), current,
+                               STATE_DEFINING + resume_defining(saved_config, current))
     if changed:
         raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
                         f"{'; '.join(changed)}; restore those settings or start in a new hydra.run.dir.")
