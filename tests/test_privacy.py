@@ -321,10 +321,7 @@ finally:
 """
 
 
-@pytest.mark.parametrize("privacy,imported", [(["privacy=none"], "[]"),
-                                              (["privacy=dpsgd", "privacy.target_epsilon=3"],
-                                               "['dp_accounting', 'scipy.stats']")], ids=["none", "dpsgd"])
-def test_runs_without_privacy_do_not_import_the_accountant(make_cfg, data_dir, tmp_path, privacy, imported):
+def test_runs_without_privacy_do_not_import_the_accountant(make_cfg, data_dir, tmp_path):
     """dp-accounting and scipy.stats take ~1 s to import; a whole run with privacy=none never needs them."""
     import subprocess
     import sys
@@ -333,8 +330,8 @@ def test_runs_without_privacy_do_not_import_the_accountant(make_cfg, data_dir, t
 
     cfg = make_cfg("debug=smoke")
     load_dataset(cfg.dataset, cfg.paths.data_dir)  # prepared before: preparing reads scikit-learn, which needs scipy
-    command = [sys.executable, "-c", ACCOUNTANT_PROBE, "debug=smoke", *privacy, f"hydra.run.dir={tmp_path / 'run'}"]
+    command = [sys.executable, "-c", ACCOUNTANT_PROBE, "debug=smoke", f"hydra.run.dir={tmp_path / 'run'}"]
     done = subprocess.run(command, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True,
                           timeout=180)
     assert done.returncode == 0 and (tmp_path / "run" / "results.json").exists(), done.stderr
-    assert done.stdout.strip().splitlines()[-1] == imported
+    assert done.stdout.strip().splitlines()[-1] == "[]"
