@@ -46,12 +46,13 @@ def _pick_steps(ckpts: Checkpoints, which, cfg: DictConfig) -> list:
     """Candidate steps, best first; only `latest` may fall back to an older one. `final` is the state the run's
     results.json reports: its best checkpoint with early stopping, else `latest`."""
     steps = ckpts.steps()
+    saved = _run_config(ckpts, cfg) if which in ("final", "best") else None
     if which == "final":
-        which = "latest" if _run_config(ckpts, cfg).trainer.early_stopping.patience is None else "best"
+        which = "latest" if saved.trainer.early_stopping.patience is None else "best"
     if which == "latest":
         return list(reversed(steps))
     if which == "best":
-        best = ckpts.best_step(**_best_settings(ckpts, cfg))
+        best = ckpts.best_step(**_best_settings(saved))
         if best is None:
             raise UserError(f"no checkpoint in {ckpts.directory} has eval metrics to pick the best from; "
                             "use checkpoint=latest or a step.")
@@ -69,11 +70,10 @@ def _run_config(ckpts: Checkpoints, cfg: DictConfig) -> DictConfig:
     return saved
 
 
-def _best_settings(ckpts: Checkpoints, cfg: DictConfig) -> dict:
+def _best_settings(saved: DictConfig) -> dict:
     """The metric and direction the run kept its best checkpoint by."""
     from zoo.tasks import TASKS
 
-    saved = _run_config(ckpts, cfg)
     settings = checkpoint_settings(saved, TASKS[saved.dataset.task])
     return {"metric": settings["metric"], "mode": settings["mode"]}
 

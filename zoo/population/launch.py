@@ -126,7 +126,8 @@ def _train_group(trainer, jobs: list, task_cfgs: list) -> list:
         _save_config(OmegaConf.masked_copy(job, ["hydra"]), "hydra.yaml", hydra_dir)
         _save_config(job.hydra.overrides.task, "overrides.yaml", hydra_dir)
     try:
-        return trainer(task_cfgs, [job.hydra for job in jobs])
+        with preemption.interrupts_remembered():  # a Ctrl-C Python drops while compiling still stops the group
+            return trainer(task_cfgs, [job.hydra for job in jobs])
     except Exception as e:  # noqa: BLE001 — what ends the group ends each of its jobs, as a solo run's would
         return [e] * len(jobs)
 
