@@ -4,10 +4,12 @@ import pathlib
 import struct
 
 import jax
+import jax.numpy as jnp
 import matplotlib.image
 import numpy as np
 import pytest
 
+from zoo.steps import PackedSums
 from zoo.train import build, train
 
 
@@ -66,7 +68,7 @@ def test_where_the_train_split_lives_changes_no_result(make_cfg, mode):
 def params_after_one_step(run, host_state):
     compiled, mode = run.compiled, run.compiled.mode
     fresh = jax.tree.map(np.array, host_state)  # a copy: the call donates (deletes) the state it is given
-    state, _ = compiled.train(mode.put_state(fresh), mode.put_replicated(compiled.zero_sums),
+    state, _ = compiled.train(mode.put_state(fresh), compiled.put_sums(compiled.zero_sums),
                               *run.feed.args(0, 1))
     return jax.device_get(state.params)
 
@@ -134,3 +136,26 @@ def test_steps_per_call_changes_nothing_but_speed(make_cfg, tmp_path):
     np.testing.assert_allclose(three["test"]["loss"], one["test"]["loss"], rtol=1e-6)
     losses = lambda d: [r["loss"] for r in read_jsonl(tmp_path / d / "metrics.jsonl") if r["split"] == "train"]  # noqa: E731
     np.testing.assert_allclose(losses("k3"), losses("k1"), rtol=1e-6)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_packed_metric_sums_unpack_to_what_was_packed(traced):
+    sums = {"loss_sum": np.float32(2.5), "count": np.float32(3), "y_sum": np.array([1.0, -2.0], np.float32),
+            "conf": np.arange(6, dtype=np.float32).reshape(3, 2)}
+    packed = PackedSums(sums)
+    if traced:
+        round_trip = jax.jit(lambda s: packed.unpack(packed.pack(s, jnp)))(sums)
+    else:
+        vector = packed.pack(sums)
+        assert vector.shape == (10,)  # one array crosses to and from each train call
+        round_trip = packed.unpack(vector)
+    assert round_trip.keys() == sums.keys()
+    for name, value in sums.items():
+        np.testing.assert_array_equal(round_trip[name], value)
+        assert np.shape(round_trip[name]) == np.shape(value)
+
+
+def test_metric_sums_of_mixed_dtypes_stay_a_dict():
+    sums = {"loss_sum": np.float32(1.0), "count": np.int32(4)}
+    packed = PackedSums(sums)
+    assert packed.pack(sums) is sums and packed.unpack(sums) is sums

@@ -24,9 +24,18 @@ class Compiled:
     task: object
     treedef: object  # the TrainState's structure: state(leaves) rebuilds it
     steps_per_call: int = 1  # K: the most train steps one compiled call runs
+    packed: object = None  # zoo.steps.PackedSums: how train_chunk's acc holds the sums
 
     def state(self, leaves: list):
         return jax.tree.unflatten(self.treedef, leaves)
+
+    def put_sums(self, sums: dict):
+        """Host metric sums -> train_chunk's acc, placed."""
+        return self.mode.put_replicated(self.packed.pack(sums))
+
+    def get_sums(self, acc) -> dict:
+        """train_chunk's acc -> host metric sums."""
+        return self.packed.unpack(self.mode.get(acc))
 
     def train(self, state, acc, data, rows=None) -> tuple:
         """One call on a TrainState: (state, acc). The loop keeps leaves instead, saving two flattenings."""
@@ -102,10 +111,11 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     log_every = log_period(cfg)
     checkpoint_every = cfg.checkpoint_every if save else 0
     eval_every = cfg.eval_every  # config reads cost ~14 us each: keep them out of the step loop
+    each_step = cfg.nan_check == "step"
     periodic_split = next(iter(eval_sets))
     length = call_length(cfg, compiled.steps_per_call, total_steps - start_step, saving=bool(save))
-    zeros = mode.put_replicated(compiled.zero_sums)  # not donated by the train call: reused every interval
-    acc = zeros if sums is None else mode.put_replicated(sums)
+    zeros = compiled.put_sums(compiled.zero_sums)  # not donated by the train call: reused every interval
+    acc = zeros if sums is None else compiled.put_sums(sums)
     step, last_logged, train_metrics, last_finite, ended = start_step, start_step, {}, None, False
     t_start = t_log = time.perf_counter()
     leaves = jax.tree.leaves(state)  # what the train call takes and returns; the state is rebuilt where needed
@@ -123,9 +133,8 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
         upcoming = call_args(step) if step < total_steps else None
         eval_metrics = None
         if step % log_every == 0 or step == total_steps:
-            train_metrics = compiled.task.metrics(mode.get(acc))  # the routine host sync
-            check_finite(train_metrics, step, last_finite,
-                         feed.position(step - 1) if cfg.nan_check == "step" else None)
+            train_metrics = compiled.task.metrics(compiled.get_sums(acc))  # the routine host sync
+            check_finite(train_metrics, step, last_finite, feed.position(step - 1) if each_step else None)
             last_finite = train_metrics["loss"]
             acc = zeros
             now = time.perf_counter()
@@ -142,7 +151,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
         checkpoint_due = (checkpoint_every and step % checkpoint_every == 0) or (stop_early and eval_metrics)
         stopping = bool(stop)  # read once: a signal landing between the save and the break must not skip the save
         if save and step < total_steps and (checkpoint_due or stopping or pruned or ended):
-            save(step, mode.get(compiled.state(leaves)), mode.get(acc), eval_metrics)
+            save(step, mode.get(compiled.state(leaves)), compiled.get_sums(acc), eval_metrics)
         if pruned:
             raise TrialPruned(f"pruned at step {step} by the sweep's pruner ({periodic_split}: "
                               f"{metric_summary(eval_metrics)})")

@@ -104,15 +104,41 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
     return train_chunk, eval_step, zero_sums
 
 
-def over_leaves(train_chunk, treedef):
-    """train_chunk taking and returning the state's leaves (a list) instead of the TrainState.
+class PackedSums:
+    """Metric sums as one vector between train calls: `pack` a sums dict, `unpack` the vector (host or traced).
+
+    Each array a jitted call takes and returns costs the call ~2 us on CPU (a function of one array against
+    the same with five more scalars in and out: 6 against 17 us); a regression run's five sums were ~10 us of
+    the linear model's ~45 us one-step call. Sums of mixed dtypes are left as they are (`packs` is false)."""
+
+    def __init__(self, zero_sums: dict):
+        leaves, self.treedef = jax.tree.flatten(zero_sums)
+        self.shapes = [np.shape(x) for x in leaves]
+        self.packs = len({np.result_type(x) for x in leaves}) == 1
+        self.bounds = np.cumsum([0] + [int(np.prod(shape)) for shape in self.shapes]).tolist()
+
+    def pack(self, sums, xp=np):
+        if not self.packs:
+            return sums
+        return xp.concatenate([xp.ravel(x) for x in jax.tree.leaves(sums)])
+
+    def unpack(self, vector):
+        if not self.packs:
+            return vector
+        parts = [vector[a:b].reshape(shape) for a, b, shape in zip(self.bounds, self.bounds[1:], self.shapes)]
+        return jax.tree.unflatten(self.treedef, parts)
+
+
+def over_leaves(train_chunk, treedef, sums: PackedSums):
+    """train_chunk taking and returning the state's leaves (a list) instead of the TrainState, and the metric
+    sums packed (`sums`).
 
     jit flattens a list of arrays in C++, but a TrainState holds nnx.State and nnx.Param nodes flattened by
     Python callbacks: measured ~20 us a call for the linear model (89 against 69 us a one-step call). The train
     loop keeps the leaves between calls and rebuilds the state only where it needs it."""
 
     def train_leaves(leaves, acc, data, rows=None):
-        state, acc = train_chunk(jax.tree.unflatten(treedef, leaves), acc, data, rows)
-        return jax.tree.leaves(state), acc
+        state, acc = train_chunk(jax.tree.unflatten(treedef, leaves), sums.unpack(acc), data, rows)
+        return jax.tree.leaves(state), sums.pack(acc, jnp)
 
     return train_leaves

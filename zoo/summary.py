@@ -50,13 +50,14 @@ def summarize(run, state, flops: bool = True, call_length: int = 1) -> dict:
     counts = count_parameters(run.host_state.params)
     if not flops:
         return counts
-    acc = mode.put_replicated(compiled.zero_sums)
     # resident data: the first call's indices (K x B ints), so that call reuses this lowering; streamed data
     # would need K batches copied for it (a CIFAR-sized K=200 chunk is 315 MB): one step is lowered instead
     k = call_length if run.feed.resident else 1
     first_call = run.feed.args(0, k, pad_to=k)
+    acc, eval_acc = compiled.put_sums(compiled.zero_sums), mode.put_replicated(compiled.zero_sums)
     return {**counts, **step_flops(compiled.train_chunk, compiled.eval_step, state, acc, first_call,
-                                   next(iter(run.eval_sets.values()))[0][0], mode.num_devices, leaves=True)}
+                                   next(iter(run.eval_sets.values()))[0][0], mode.num_devices, leaves=True,
+                                   eval_acc=eval_acc)}
 
 
 def count_parameters(params) -> dict:
@@ -66,11 +67,12 @@ def count_parameters(params) -> dict:
 
 
 def step_flops(train_chunk, eval_step, state, acc, chunk_args: tuple, eval_batch, devices: int,
-               leaves: bool = False) -> dict:
+               leaves: bool = False, eval_acc=None) -> dict:
     """FLOPs of one train step (of a chunk: `chunk_args` follow state and acc) and of one eval example, summed
-    over `devices`. `leaves`: train_chunk takes the state's leaves (zoo.steps.over_leaves)."""
+    over `devices`. `leaves`: train_chunk takes the state's leaves and packed sums (zoo.steps.over_leaves), and
+    `eval_acc` is the eval step's sums."""
     train_flops = xla_flops(train_chunk, jax.tree.leaves(state) if leaves else state, acc, *chunk_args)
-    eval_flops = xla_flops(eval_step, state, acc, eval_batch)
+    eval_flops = xla_flops(eval_step, state, acc if eval_acc is None else eval_acc, eval_batch)
     eval_rows = int(np.size(eval_batch["mask"]))
     return {"train_step_flops": None if train_flops is None else train_flops * devices,
             "eval_flops_per_example": None if eval_flops is None else eval_flops * devices / eval_rows}

@@ -22,7 +22,7 @@ from zoo.parallel.distributed import barrier, is_primary
 from zoo.preemption import Preempted, stop_on_signals
 from zoo.privacy.plan import PrivacyPlan, plan_privacy
 from zoo.state import TrainState, create_state
-from zoo.steps import make_steps, over_leaves
+from zoo.steps import PackedSums, make_steps, over_leaves
 from zoo.summary import achieved_gflop_s, describe
 from zoo.sweeps.trial_link import eval_reporter
 from zoo.targets import safe_instantiate
@@ -125,10 +125,11 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     eval_step = eval_step_for(cfg, eval_step)
     host_batches = eval_host_batches(data, round_up(cfg.trainer.eval_batch_size, mode.num_devices))
     treedef = jax.tree.structure(host_state)
-    train_fn, eval_fn = mode.compile(over_leaves(train_chunk, treedef), eval_step, host_state)
+    zeros = zero_sums(host_state, host_batches["test"][0])
+    packed = PackedSums(zeros)
+    train_fn, eval_fn = mode.compile(over_leaves(train_chunk, treedef, packed), eval_step, host_state)
     steps_per_call = cfg.trainer.steps_per_call or default_steps_per_call(unroll)
-    compiled = Compiled(mode, train_fn, eval_fn, zero_sums(host_state, host_batches["test"][0]), task, treedef,
-                        steps_per_call)
+    compiled = Compiled(mode, train_fn, eval_fn, zeros, task, treedef, steps_per_call, packed)
     eval_sets = {s: ([mode.put_batch(b) for b in batches], len(data.splits[s])) for s, batches in host_batches.items()}
     feed = TrainFeed(stream, mode, fits_on_device(stream.split, cfg.parallel.device_data_mb))
     return Run(data, stream, feed, host_state, compiled, eval_sets, total_steps, privacy)

@@ -41,7 +41,7 @@ def time_mode(base: list, steps: int) -> dict:
     cfg = _compose(base + [f"trainer.max_steps={steps + 1}"])
     run = build(cfg)
     mode, compiled = run.compiled.mode, run.compiled
-    state, acc = mode.put_state(run.host_state), mode.put_replicated(compiled.zero_sums)
+    state, acc = mode.put_state(run.host_state), compiled.put_sums(compiled.zero_sums)
     t0 = time.perf_counter()
     state, acc = compiled.train(state, acc, *run.feed.args(0, 1))
     jax.block_until_ready(acc)

@@ -36,7 +36,7 @@ def dp_step_rows(kind: str, rounds: int, steps: int, data_dir: str, work: str) -
         chunks = [(feed or run.feed).args(s, 1) for s in range(steps)]
         # host copies: each timed loop donates its own state buffers
         box[name] = (jax.tree.leaves(mode.put_state(jax.device_get(run.host_state))),  # leaves, as zoo.loop keeps
-                     mode.put_replicated(compiled.zero_sums))
+                     compiled.put_sums(compiled.zero_sums))
 
         def go():
             state, acc = box[name]

@@ -28,7 +28,7 @@ def _first_step(spec: dict) -> dict:
     cfg = compose_cfg(spec["overrides"], spec["data_dir"], spec["out_dir"], spec["cache_dir"])
     run = build(cfg)
     compiled, mode = run.compiled, run.compiled.mode
-    state, acc = mode.put_state(run.host_state), mode.put_replicated(compiled.zero_sums)
+    state, acc = mode.put_state(run.host_state), compiled.put_sums(compiled.zero_sums)
     built = time.time()
     state, acc = compiled.train(state, acc, *run.feed.args(0, 1))
     jax.block_until_ready((state, acc))

@@ -56,7 +56,7 @@ def step_benchmarks(kind: str, sizes, where) -> list:
     out_dir = os.path.join(where.work, f"steps_{kind}")
     cfg, run = build_case(kind, sizes, where, out_dir)
     compiled, mode, stream = run.compiled, run.compiled.mode, run.stream
-    state, acc = mode.put_state(run.host_state), mode.put_replicated(compiled.zero_sums)
+    state, acc = mode.put_state(run.host_state), compiled.put_sums(compiled.zero_sums)
     batch_size = stream.batch_size
     ref_state, ref_step = reference_for(kind, cfg, run)
 
