@@ -153,9 +153,3 @@ def test_packed_metric_sums_unpack_to_what_was_packed(traced):
     for name, value in sums.items():
         np.testing.assert_array_equal(round_trip[name], value)
         assert np.shape(round_trip[name]) == np.shape(value)
-
-
-def test_metric_sums_of_mixed_dtypes_stay_a_dict():
-    sums = {"loss_sum": np.float32(1.0), "count": np.int32(4)}
-    packed = PackedSums(sums)
-    assert packed.pack(sums) is sums and packed.unpack(sums) is sums

@@ -23,8 +23,8 @@ class Compiled:
     zero_sums: dict  # host zeros shaped like the metric sums
     task: object
     treedef: object  # the TrainState's structure: state(leaves) rebuilds it
+    packed: object  # zoo.steps.PackedSums: how train_chunk's acc holds the sums
     steps_per_call: int = 1  # K: the most train steps one compiled call runs
-    packed: object = None  # zoo.steps.PackedSums: how train_chunk's acc holds the sums
 
     def state(self, leaves: list):
         return jax.tree.unflatten(self.treedef, leaves)

@@ -54,10 +54,10 @@ def summarize(run, state, flops: bool = True, call_length: int = 1) -> dict:
     # would need K batches copied for it (a CIFAR-sized K=200 chunk is 315 MB): one step is lowered instead
     k = call_length if run.feed.resident else 1
     first_call = run.feed.args(0, k, pad_to=k)
-    acc, eval_acc = compiled.put_sums(compiled.zero_sums), mode.put_replicated(compiled.zero_sums)
-    return {**counts, **step_flops(compiled.train_chunk, compiled.eval_step, state, acc, first_call,
-                                   next(iter(run.eval_sets.values()))[0][0], mode.num_devices, leaves=True,
-                                   eval_acc=eval_acc)}
+    train_args = (jax.tree.leaves(state), compiled.put_sums(compiled.zero_sums), *first_call)
+    eval_args = (state, mode.put_replicated(compiled.zero_sums), next(iter(run.eval_sets.values()))[0][0])
+    return {**counts, **step_flops(compiled.train_chunk, train_args, compiled.eval_step, eval_args,
+                                   mode.num_devices)}
 
 
 def count_parameters(params) -> dict:
@@ -66,14 +66,12 @@ def count_parameters(params) -> dict:
             "layers": {name: n for name, (n, _) in layers.items()}}
 
 
-def step_flops(train_chunk, eval_step, state, acc, chunk_args: tuple, eval_batch, devices: int,
-               leaves: bool = False, eval_acc=None) -> dict:
-    """FLOPs of one train step (of a chunk: `chunk_args` follow state and acc) and of one eval example, summed
-    over `devices`. `leaves`: train_chunk takes the state's leaves and packed sums (zoo.steps.over_leaves), and
-    `eval_acc` is the eval step's sums."""
-    train_flops = xla_flops(train_chunk, jax.tree.leaves(state) if leaves else state, acc, *chunk_args)
-    eval_flops = xla_flops(eval_step, state, acc if eval_acc is None else eval_acc, eval_batch)
-    eval_rows = int(np.size(eval_batch["mask"]))
+def step_flops(train_chunk, train_args: tuple, eval_step, eval_args: tuple, devices: int) -> dict:
+    """FLOPs of one train step (of a chunk called with `train_args`) and of one eval example (`eval_args` end with
+    the eval batch), summed over `devices`."""
+    train_flops = xla_flops(train_chunk, *train_args)
+    eval_flops = xla_flops(eval_step, *eval_args)
+    eval_rows = int(np.size(eval_args[-1]["mask"]))
     return {"train_step_flops": None if train_flops is None else train_flops * devices,
             "eval_flops_per_example": None if eval_flops is None else eval_flops * devices / eval_rows}
 

@@ -129,7 +129,7 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     packed = PackedSums(zeros)
     train_fn, eval_fn = mode.compile(over_leaves(train_chunk, treedef, packed), eval_step, host_state)
     steps_per_call = cfg.trainer.steps_per_call or default_steps_per_call(unroll)
-    compiled = Compiled(mode, train_fn, eval_fn, zeros, task, treedef, steps_per_call, packed)
+    compiled = Compiled(mode, train_fn, eval_fn, zeros, task, treedef, packed, steps_per_call)
     eval_sets = {s: ([mode.put_batch(b) for b in batches], len(data.splits[s])) for s, batches in host_batches.items()}
     feed = TrainFeed(stream, mode, fits_on_device(stream.split, cfg.parallel.device_data_mb))
     return Run(data, stream, feed, host_state, compiled, eval_sets, total_steps, privacy)

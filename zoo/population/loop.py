@@ -43,7 +43,7 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     split's (name, device batches, example count). `steps_per_call` is K when trainer.steps_per_call is
     null (as zoo.train chooses it). Members that fail or are pruned get `error` set."""
     log_every = log_period(cfg)
-    checkpoint_every, eval_every = cfg.checkpoint_every, cfg.eval_every
+    checkpoint_every, eval_every, each_step = cfg.checkpoint_every, cfg.eval_every, cfg.nan_check == "step"
     for m in members:
         m.end = m.outputs.end_step
     step = min([m.outputs.start_step for m in members if m.error is None] + [total_steps])
@@ -60,7 +60,7 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
         saved_states = None
         if step % log_every == 0 or step == total_steps:
             accs = _log_train(program, accs, members, step, interval_start, time.perf_counter() - t_log, task,
-                              each_step=cfg.nan_check == "step")
+                              each_step=each_step)
             interval_start, t_log = step, time.perf_counter()
         evals = {}
         if eval_every and step % eval_every == 0 and step < total_steps:

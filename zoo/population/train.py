@@ -134,8 +134,9 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
         model = count_parameters(initial[0][1].params)
         if cfg.logger.summary:  # FLOPs of one member's solo step: what each member's results.json reports
             solo_step = jax.jit(functools.partial(train_chunk, hyper=hypers[0]))
-            model.update(step_flops(solo_step, jax.jit(eval_step), initial[0][1], zero, (streams[0].chunk(0, 1),),
-                                    next(iter(host_batches.values()))[0], 1))
+            state = initial[0][1]
+            model.update(step_flops(solo_step, (state, zero, streams[0].chunk(0, 1)), jax.jit(eval_step),
+                                    (state, zero, next(iter(host_batches.values()))[0]), 1))
         model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
         _train(program, run, [cfgs[i] for i, _ in members], [hypers[i] for i, _ in members], task, total_steps,
                eval_sets, model, t0, steps_per_call=default_steps_per_call(unroll))

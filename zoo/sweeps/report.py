@@ -101,8 +101,6 @@ def _cells(s: dict, i: int, r: dict) -> dict:
             "overrides": " ".join(r["overrides"]), "run_dir": r["run_dir"]}
 
 
-
-
 def write_csv(s: dict, path: str) -> None:
     buf = io.StringIO()
     out = csv.DictWriter(buf, [*_columns(s), "overrides", "run_dir"])
