@@ -1,12 +1,20 @@
 """Shared fixtures: 8 simulated CPU devices, one prepared data dir per session, Hydra compose helper."""
+import atexit
 import os
 import pathlib
+import shutil
 import signal
+import tempfile
 
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)  # before any JAX work in the test process
 assert len(jax.devices()) == 8  # start the backend now, so runs asking for fewer devices select, not resize
+# One persistent compilation cache per test process and the runs it starts, as a user's runs share
+# ~/.cache/zoo/jax: the many runs of the same tiny configs compile each program once. Per process, not per
+# session, so that two xdist workers never read an entry the other is still writing.
+COMPILATION_CACHE = tempfile.mkdtemp(prefix="zoo-test-compilation-cache-")
+atexit.register(shutil.rmtree, COMPILATION_CACHE, True)
 
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
@@ -28,7 +36,7 @@ def make_cfg(data_dir, tmp_path):
     """make_cfg(*overrides) -> a composed train config writing into this test's tmp dir."""
 
     def make(*overrides, config_name="train", out="run"):
-        base = [f"paths.data_dir={data_dir}", "paths.compilation_cache_dir=null"]
+        base = [f"paths.data_dir={data_dir}", f"paths.compilation_cache_dir={COMPILATION_CACHE}"]
         if config_name == "train":
             base.append(f"paths.output_dir={tmp_path / out}")
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
@@ -38,7 +46,7 @@ def make_cfg(data_dir, tmp_path):
 
 
 def subprocess_env(data_dir: str) -> dict:
-    env = dict(os.environ, TFDS_DATA_DIR=data_dir, ZOO_COMPILATION_CACHE="", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, TFDS_DATA_DIR=data_dir, ZOO_COMPILATION_CACHE=COMPILATION_CACHE, PYTHONPATH=str(ROOT))
     env.pop("XLA_FLAGS", None)
     return env
 
