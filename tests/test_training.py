@@ -9,6 +9,8 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+import zoo.steps
+from zoo.models.layers import draw_masks
 from zoo.steps import PackedSums
 from zoo.train import build, train
 
@@ -124,6 +126,24 @@ def tensorboard_scalars(directory) -> dict:
             pos += 12 + length + 4
             scalars.update({(v.tag, event.step): v.simple_value for v in event.summary.value})
     return scalars
+
+
+def test_dropout_masks_drawn_ahead_of_a_call_are_those_its_steps_would_draw(make_cfg, monkeypatch):
+    """zoo.steps draws a call's masks before its scan; with that turned off each step draws its own (nnx.Dropout).
+    Calls of 4 steps to log boundaries every 5: padded calls, so skipped rows must not take a step's masks."""
+    base = ("debug=smoke", "model=mlp", "model.dropout=0.3", "trainer.steps_per_call=4", "trainer.max_steps=10",
+            "trainer.log_every=5", "trainer.eval_every=5")
+    drawn = []
+    monkeypatch.setattr(zoo.steps, "draw_masks", lambda calls, key: drawn.append(calls) or draw_masks(calls, key))
+    ahead = train(make_cfg(*base, out="ahead"))
+    assert drawn and [shape for shape, _ in drawn[0]] == [(16, 256), (16, 256)]  # the two hidden layers' masks
+    monkeypatch.setattr(zoo.steps, "PREDRAWN_MASKS_BYTES", 0)
+    drawn.clear()
+    inline = train(make_cfg(*base, out="inline"))
+    assert not drawn
+    assert ahead["steps"] == inline["steps"] == 10
+    assert ahead["train"] == inline["train"] and ahead["test"] == inline["test"]
+    assert leaves_equal(ahead["state"].params, inline["state"].params)
 
 
 def test_steps_per_call_changes_nothing_but_speed(make_cfg, tmp_path):

@@ -3,14 +3,19 @@
 `axis_name` is set only under pmap, where each device holds a slice of the batch: gradients and metric
 sums are then psum-med across it, so every mode computes the same global quantities.
 """
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
 
-from zoo.models.layers import set_dropout_rate
+from zoo.models.layers import DropoutDraws, draw_masks, replays_dropout, replaying, set_dropout_rate
 from zoo.rng import step_key
+
+# dropout masks of a whole call drawn ahead of its scan only up to this size (bytes: one per unit and step)
+PREDRAWN_MASKS_BYTES = 64 * 2 ** 20
 
 
 def _add(a, b):
@@ -30,16 +35,25 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
     def reduce(tree):
         return jax.lax.psum(tree, axis_name) if axis_name else tree
 
-    def train_step(state, batch, hyper):
-        key = step_key(state.rng, state.step)
+    def dropout_key(state, step):
+        key = step_key(state.rng, step)
         if axis_name:  # independent dropout masks per device slice
             key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+        return key
+
+    def forward(params, state, x, hyper, rngs):
+        model = nnx.merge(graphdef, params, state.model_state, copy=True)
+        if hyper is not None and "dropout" in hyper:
+            set_dropout_rate(model, hyper["dropout"])
+        return model(x, train=True, rngs=rngs), model
+
+    def train_step(state, batch, hyper, masks=None):
+        """`masks`: this step's dropout masks, drawn before the call's scan (see `predrawn_masks`)."""
+        key = dropout_key(state, state.step)
 
         def loss_fn(params):
-            model = nnx.merge(graphdef, params, state.model_state, copy=True)
-            if hyper is not None and "dropout" in hyper:
-                set_dropout_rate(model, hyper["dropout"])
-            outputs = model(batch["x"], train=True, rngs=nnx.Rngs(dropout=key))
+            with replaying(DropoutDraws(masks)) if masks is not None else contextlib.nullcontext():
+                outputs, model = forward(params, state, batch["x"], hyper, nnx.Rngs(dropout=key))
             sums = task.sums(outputs, batch["y"], batch["mask"])
             # local sum / global count: the psum of these gradients is the global mean gradient
             loss = sums["loss_sum"] / reduce(sums["count"])
@@ -55,10 +69,27 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
         new_state = state.replace(params=params, model_state=model_state, opt_state=opt_state, step=state.step + 1)
         return new_state, reduce(sums)
 
-    def step_or_skip(carry, batch, active, hyper):
+    def predrawn_masks(state, x, active, hyper):
+        """The dropout masks of a scan's steps, (K, ...) per Dropout call, or None. XLA:CPU fuses each mask's
+        Threefry hash into both its forward and its backward use, so drawn inside the step every mask is hashed
+        twice; drawn here it is hashed once, for all K steps in one pass. The masks are those the step would draw
+        (step_key of the step each row runs as), so results do not change: only where the bits are computed."""
+        if unroll or gradients is not None or jax.default_backend() != "cpu":
+            return None
+        if not replays_dropout(nnx.merge(graphdef, state.params, state.model_state, copy=True)):
+            return None
+        draws = DropoutDraws()
+        with replaying(draws):
+            jax.eval_shape(lambda p: forward(p, state, x, hyper, None)[0], state.params)
+        if not draws.calls or len(active) * sum(np.prod(shape) for shape, _ in draws.calls) > PREDRAWN_MASKS_BYTES:
+            return None
+        runs_as = state.step + jnp.cumsum(active) - active  # a skipped row does not advance the step
+        return jax.vmap(lambda step: draw_masks(draws.calls, dropout_key(state, step)))(runs_as.astype(jnp.int32))
+
+    def step_or_skip(carry, batch, active, hyper, masks=None):
         """A padding row (mask all 0, see TrainStream.chunk) leaves state and sums as they are."""
         def step(carry):
-            state, sums = train_step(carry[0], batch, hyper)
+            state, sums = train_step(carry[0], batch, hyper, masks)
             return state, _add(carry[1], sums)
 
         if unroll:  # XLA:CPU runs convolutions inside a conditional ~18x slower: compute, then keep or drop
@@ -84,10 +115,12 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
                 state, acc = step_or_skip((state, acc), jax.tree.map(lambda x: x[i], batches), active[i], hyper)
             return state, acc
 
-        def body(carry, inputs):
-            return step_or_skip(carry, *inputs, hyper), None
+        masks = predrawn_masks(state, batches["x"][0], active, hyper)
 
-        return jax.lax.scan(body, (state, acc), (batches, active))[0]
+        def body(carry, inputs):
+            return step_or_skip(carry, *inputs[:2], hyper, inputs[2]), None
+
+        return jax.lax.scan(body, (state, acc), (batches, active, masks))[0]
 
     def batch_sums(state, batch):
         model = nnx.merge(graphdef, state.params, state.model_state)
