@@ -20,7 +20,7 @@ class Dropout(nnx.Dropout):
     def __call__(self, inputs, *, deterministic: bool | None = None, rngs: nnx.Rngs | None = None):
         draws, traced = _DRAWS.get(), isinstance(self.rate, jax.Array)
         deterministic = self.deterministic if deterministic is None else deterministic
-        if draws is None and not traced or deterministic:
+        if (draws is None and not traced) or deterministic:
             return super().__call__(inputs, deterministic=deterministic, rngs=rngs)
         if not traced and self.rate in (0.0, 1.0):  # nnx.Dropout draws no mask for these
             return inputs if self.rate == 0.0 else jnp.zeros_like(inputs)
