@@ -14,8 +14,9 @@ from flax import nnx
 from zoo.models.layers import DropoutDraws, draw_masks, replays_dropout, replaying, set_dropout_rate
 from zoo.rng import step_key
 
-# dropout masks of a whole call drawn ahead of its scan only up to this size (bytes: one per unit and step)
-PREDRAWN_MASKS_BYTES = 64 * 2 ** 20
+# dropout masks of a whole call drawn ahead of its scan only up to this size (bytes: one per unit and step); per
+# member of a population, which holds one set per member
+PREDRAWN_MASKS_BYTES = 16 * 2 ** 20
 
 
 def _add(a, b):
