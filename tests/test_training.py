@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import zoo.steps
+from zoo.data.feed import fold_mask
 from zoo.models.layers import draw_masks
 from zoo.steps import PackedSums
 from zoo.train import build, train
@@ -144,6 +145,25 @@ def test_dropout_masks_drawn_ahead_of_a_call_are_those_its_steps_would_draw(make
     assert ahead["steps"] == inline["steps"] == 10
     assert ahead["train"] == inline["train"] and ahead["test"] == inline["test"]
     assert leaves_equal(ahead["state"].params, inline["state"].params)
+
+
+def test_rows_skipped_before_a_step_take_none_of_its_dropout_masks(make_cfg, monkeypatch):
+    """A population member resumed later than the others waits, masked, at the start of a call: the masks drawn
+    ahead must follow the steps that run, not the rows. Skipped, active, skipped, active rows, both ways."""
+    def call(predraw_bytes):
+        monkeypatch.setattr(zoo.steps, "PREDRAWN_MASKS_BYTES", predraw_bytes)
+        run = build(make_cfg("debug=smoke", "model=mlp", "model.dropout=0.3", out=f"skip-{predraw_bytes}"))
+        compiled, mode = run.compiled, run.compiled.mode
+        idx, mask = run.stream.indices(0, 4)
+        mask[[0, 2]] = 0  # rows 0 and 2 skipped: rows 1 and 3 run as steps 0 and 1
+        state, _ = compiled.train(mode.put_state(jax.tree.map(np.array, run.host_state)),
+                                  compiled.put_sums(compiled.zero_sums), mode.put_chunk({"idx": fold_mask(idx, mask)}),
+                                  run.feed.rows)
+        return jax.device_get(state)
+
+    ahead, inline = call(zoo.steps.PREDRAWN_MASKS_BYTES), call(0)
+    assert int(ahead.step) == int(inline.step) == 2
+    assert leaves_equal(ahead.params, inline.params)
 
 
 def test_steps_per_call_changes_nothing_but_speed(make_cfg, tmp_path):
