@@ -3,8 +3,6 @@
 `axis_name` is set only under pmap, where each device holds a slice of the batch: gradients and metric
 sums are then psum-med across it, so every mode computes the same global quantities.
 """
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,11 +48,13 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
 
     def train_step(state, batch, hyper, masks=None):
         """`masks`: this step's dropout masks, drawn before the call's scan (see `predrawn_masks`)."""
-        key = dropout_key(state, state.step)
-
         def loss_fn(params):
-            with replaying(DropoutDraws(masks)) if masks is not None else contextlib.nullcontext():
-                outputs, model = forward(params, state, batch["x"], hyper, nnx.Rngs(dropout=key))
+            if masks is None:
+                rngs = nnx.Rngs(dropout=dropout_key(state, state.step))
+                outputs, model = forward(params, state, batch["x"], hyper, rngs)
+            else:
+                with replaying(DropoutDraws(masks)):
+                    outputs, model = forward(params, state, batch["x"], hyper, None)
             sums = task.sums(outputs, batch["y"], batch["mask"])
             # local sum / global count: the psum of these gradients is the global mean gradient
             loss = sums["loss_sum"] / reduce(sums["count"])
