@@ -1,4 +1,5 @@
 """Training contracts: loss falls, eval is exact for any batch size, runs are deterministic, artifacts exist."""
+import functools
 import json
 import pathlib
 import struct
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import zoo.steps
+import zoo.train
 from zoo.data.feed import fold_mask
 from zoo.models.layers import draw_masks
 from zoo.steps import PackedSums
@@ -164,6 +166,29 @@ def test_rows_skipped_before_a_step_take_none_of_its_dropout_masks(make_cfg, mon
     ahead, inline = call(zoo.steps.PREDRAWN_MASKS_BYTES), call(0)
     assert int(ahead.step) == int(inline.step) == 2
     assert leaves_equal(ahead.params, inline.params)
+
+
+@pytest.mark.parametrize("members", [False, True])
+def test_skipped_rows_are_no_steps_wherever_they_lie(make_cfg, monkeypatch, members):
+    """A masked row (a call's padding, or a population member waiting) is no step: a call with skipped rows
+    before, between and after its active ones leaves exactly the state and sums of a call of the active rows
+    alone. `members`: the loop a population's vmapped program runs (all K iterations, the skipped last)."""
+    monkeypatch.setattr(zoo.train, "make_steps", functools.partial(zoo.train.make_steps, members=members))
+    run = build(make_cfg("debug=smoke", "model=mlp", "model.dropout=0.3", out="skips"))
+    compiled, mode = run.compiled, run.compiled.mode
+
+    def call(idx, mask):
+        state, sums = compiled.train(mode.put_state(jax.tree.map(np.array, run.host_state)),
+                                     compiled.put_sums(compiled.zero_sums), mode.put_chunk({"idx": fold_mask(idx, mask)}),
+                                     run.feed.rows)
+        return jax.device_get(state), compiled.get_sums(sums)
+
+    idx, mask = run.stream.indices(0, 5)
+    mask[[0, 2, 4]] = 0
+    (skipping, skipping_sums), (dense, dense_sums) = call(idx, mask), call(idx[[1, 3]], mask[[1, 3]])
+    assert int(skipping.step) == int(dense.step) == 2
+    assert leaves_equal(skipping, dense) and leaves_equal(skipping_sums, dense_sums)
+    assert skipping_sums["count"] == 2 * run.stream.batch_size
 
 
 def test_steps_per_call_changes_nothing_but_speed(make_cfg, tmp_path):

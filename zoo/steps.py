@@ -12,7 +12,7 @@ from flax import nnx
 from zoo.models.layers import DropoutDraws, draw_masks, replays_dropout, replaying, set_dropout_rate
 from zoo.rng import step_key
 
-# dropout masks of a whole call drawn ahead of its scan only up to this size (bytes: one per unit and step); per
+# dropout masks of a whole call drawn ahead of its loop only up to this size (bytes: one per unit and step); per
 # member of a population, which holds one set per member
 PREDRAWN_MASKS_BYTES = 16 * 2 ** 20
 
@@ -22,7 +22,7 @@ def _add(a, b):
 
 
 def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None, unroll: bool = False,
-               gradients=None):
+               gradients=None, members: bool = False):
     """`gradients(state, batch) -> (grads reduced across devices, local metric sums, model_state)` replaces the
     mean-loss gradient when given (DP-SGD: zoo.privacy.gradients).
 
@@ -47,7 +47,7 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
         return model(x, train=True, rngs=rngs), model
 
     def train_step(state, batch, hyper, masks=None):
-        """`masks`: this step's dropout masks, drawn before the call's scan (see `predrawn_masks`)."""
+        """`masks`: this step's dropout masks, drawn before the call's loop (see `predrawn_masks`)."""
         def loss_fn(params):
             if masks is None:
                 rngs = nnx.Rngs(dropout=dropout_key(state, state.step))
@@ -70,40 +70,38 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
         new_state = state.replace(params=params, model_state=model_state, opt_state=opt_state, step=state.step + 1)
         return new_state, reduce(sums)
 
-    def predrawn_masks(state, x, active, hyper):
-        """The dropout masks of a scan's steps, (K, ...) per Dropout call, or None. XLA:CPU fuses each mask's
+    def predrawn_masks(state, x, k, hyper):
+        """The dropout masks of a call's k steps, (k, ...) per Dropout call, or None. XLA:CPU fuses each mask's
         Threefry hash into both its forward and its backward use, so drawn inside the step every mask is hashed
-        twice; drawn here it is hashed once, for all K steps in one pass. The masks are those the step would draw
-        (step_key of the step each row runs as), so results do not change: only where the bits are computed."""
-        if unroll or gradients is not None or jax.default_backend() != "cpu":
+        twice; drawn here it is hashed once, for all k steps in one pass. The masks are those each step would
+        draw (step_key of steps state.step + i), so results do not change: only where the bits are computed."""
+        if gradients is not None or jax.default_backend() != "cpu":
             return None
         if not replays_dropout(nnx.merge(graphdef, state.params, state.model_state, copy=True)):
             return None
         draws = DropoutDraws()
         with replaying(draws):
             jax.eval_shape(lambda p: forward(p, state, x, hyper, None)[0], state.params)
-        if not draws.calls or len(active) * sum(np.prod(shape) for shape, _ in draws.calls) > PREDRAWN_MASKS_BYTES:
+        if not draws.calls or k * sum(np.prod(shape) for shape, _ in draws.calls) > PREDRAWN_MASKS_BYTES:
             return None
-        runs_as = state.step + jnp.cumsum(active) - active  # a skipped row does not advance the step
-        return jax.vmap(lambda step: draw_masks(draws.calls, dropout_key(state, step)))(runs_as.astype(jnp.int32))
+        steps = state.step + jnp.arange(k, dtype=jnp.int32)
+        return jax.vmap(lambda step: draw_masks(draws.calls, dropout_key(state, step)))(steps)
 
-    def step_or_skip(carry, batch, active, hyper, masks=None):
-        """A padding row (mask all 0, see TrainStream.chunk) leaves state and sums as they are."""
-        def step(carry):
-            state, sums = train_step(carry[0], batch, hyper, masks)
-            return state, _add(carry[1], sums)
+    def train_and_sum(carry, batch, hyper, masks=None):
+        state, sums = train_step(carry[0], batch, hyper, masks)
+        return state, _add(carry[1], sums)
 
-        if unroll:  # XLA:CPU runs convolutions inside a conditional ~18x slower: compute, then keep or drop
-            return jax.tree.map(lambda new, old: jnp.where(active, new, old), step(carry), carry)
-        return jax.lax.cond(active, step, lambda carry: carry, carry)
+    def step_or_skip(carry, batch, active, hyper):
+        """XLA:CPU runs convolutions inside a conditional ~18x slower: compute, then keep or drop."""
+        return jax.tree.map(lambda new, old: jnp.where(active, new, old), train_and_sum(carry, batch, hyper), carry)
 
     def train_chunk(state, acc, batches, rows=None, hyper=None):
         """K ordinary steps in one compiled call; batches are stacked (K, B, ...), or, with the train split
         resident on the device as `rows` {"x", "y"} (N, ...), indices {"idx"} (K, B) gathered here (-1: masked).
 
-        `unroll` traces the K steps one after another instead of a lax.scan: XLA:CPU runs convolutions
+        `unroll` traces the K steps one after another instead of a loop: XLA:CPU runs convolutions
         inside a while loop ~15x slower (measured 290 ms vs 18 ms per CNN step). Unrolling costs compile
-        time that grows with K, so scan stays the choice for everything else. Unrolled padding rows are
+        time that grows with K, so the loop stays the choice for everything else. Unrolled padding rows are
         computed and discarded; convnets default to K=1, which never pads.
         """
         if rows:  # -1 marks a masked row (zoo.data.feed.fold_mask); it gathers row 0, which the mask zeroes
@@ -116,12 +114,23 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
                 state, acc = step_or_skip((state, acc), jax.tree.map(lambda x: x[i], batches), active[i], hyper)
             return state, acc
 
-        masks = predrawn_masks(state, batches["x"][0], active, hyper)
+        # A padding row (mask all 0, see TrainStream.chunk) changes nothing, so the active rows run first, in their
+        # order, and the loop ends after them. No conditional in the step lets XLA:CPU drop the parameter copies
+        # (zoo.parallel.compiler): 3.5% of an MLP step, where with the conditional it gained nothing. Vmapped
+        # members would need a loop as long as the longest member's (and, spread over devices, a collective to
+        # agree on it), so they keep all K iterations and skip the rest in a conditional, a select under vmap.
+        order = jnp.argsort(~active, stable=True)
+        count = jnp.sum(active)
+        masks = predrawn_masks(state, batches["x"][0], active.shape[0], hyper)
 
-        def body(carry, inputs):
-            return step_or_skip(carry, *inputs[:2], hyper, inputs[2]), None
+        def step(i, carry):
+            batch = jax.tree.map(lambda x: x[order[i]], batches)
+            return train_and_sum(carry, batch, hyper, None if masks is None else jax.tree.map(lambda m: m[i], masks))
 
-        return jax.lax.scan(body, (state, acc), (batches, active, masks))[0]
+        if members:
+            return jax.lax.fori_loop(0, active.shape[0], lambda i, carry: jax.lax.cond(
+                i < count, step, lambda i, carry: carry, i, carry), (state, acc))
+        return jax.lax.fori_loop(0, count, step, (state, acc))
 
     def batch_sums(state, batch):
         model = nnx.merge(graphdef, state.params, state.model_state)

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-# set while a train step replays dropout masks drawn before its call's scan (zoo.steps), or records their shapes
+# set while a train step replays dropout masks drawn before its call's loop (zoo.steps), or records their shapes
 _DRAWS = contextvars.ContextVar("zoo_dropout_draws", default=None)
 
 

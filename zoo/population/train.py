@@ -100,7 +100,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     hypers = member_hyperparameters(cfgs)
     unroll = unrolled_on_cpu(models[0])
     optimizer = functools.partial(_member_optimizer, cfg, total_steps)
-    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, optimizer, unroll=unroll)
+    train_chunk, eval_step, zero_sums = make_steps(graphdef, task, optimizer, unroll=unroll, members=True)
     eval_step = eval_step_for(cfg, eval_step)
     host_batches = eval_host_batches(data, cfg.trainer.eval_batch_size)
     zero = zero_sums(initial[0][1], host_batches["test"][0])
