@@ -2,6 +2,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from zoo.parallel.compiler import compiler_options
 from zoo.parallel.cpu_collectives import serialised_on_cpu
 from zoo.parallel.distributed import local_rows, to_host
 
@@ -46,9 +47,10 @@ class ShardedMode:
         # placed zero accumulator starts every log interval.
         leaves_sh = jax.tree.leaves(state_sh)  # the train call takes the state's leaves (zoo.steps.over_leaves)
         train = jax.jit(train_chunk, in_shardings=(leaves_sh, self.replicated, self.chunk_sharding, self.replicated),
-                        out_shardings=(leaves_sh, self.replicated), donate_argnums=0)
+                        out_shardings=(leaves_sh, self.replicated), donate_argnums=0,
+                        compiler_options=compiler_options())
         evaluate = jax.jit(eval_step, in_shardings=(state_sh, self.replicated, self.batch_sharding),
-                           out_shardings=self.replicated, donate_argnums=1)
+                           out_shardings=self.replicated, donate_argnums=1, compiler_options=compiler_options())
         return serialised_on_cpu(list(self.mesh.devices.flat), train, evaluate)
 
     # Every process holds the same host values (same data, same seed) and hands over only its share:

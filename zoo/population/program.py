@@ -11,6 +11,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from zoo.data.feed import fold_mask
+from zoo.parallel.compiler import compiler_options
 
 
 class PopulationProgram:
@@ -26,9 +27,9 @@ class PopulationProgram:
         members_train = jax.vmap(train_chunk, in_axes=(0, 0, 0, None, 0))
         m, r = self.members, self.replicated
         self._train = jax.jit(members_train, in_shardings=(m, m, m, r, m), out_shardings=(m, m),
-                              donate_argnums=(0, 1))
+                              donate_argnums=(0, 1), compiler_options=compiler_options())
         self._eval = jax.jit(jax.vmap(eval_step, in_axes=(0, 0, None)), in_shardings=(m, m, r),
-                             out_shardings=m, donate_argnums=1)
+                             out_shardings=m, donate_argnums=1, compiler_options=compiler_options())
 
     def zero_accs(self):
         return self.put_members(stack([self.zero_sums] * self.size))
