@@ -32,7 +32,7 @@ class Sizes:
     loop_rounds: int = 7
     chunk_ks: tuple = (1, 4, 16, 50)  # 50: the default, a call to the next log boundary
     chunk_steps: dict = dataclasses.field(default_factory=lambda: {"linear": 8000, "mlp": 400})
-    chunk_rounds: int = 5
+    chunk_rounds: int = 15  # paired per-round ratios: with 5 the median moved ±15% between runs here
     chunk_mlp_hidden: tuple = (256, 256)  # conf/model/mlp.yaml
     cold_reps: int = 3
     tta_max_steps: int = 0  # 0: the configured epochs
