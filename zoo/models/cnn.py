@@ -2,6 +2,7 @@ import jax
 from flax import nnx
 
 from zoo.models.layers import Dropout
+from zoo.models.pooling import max_pool_2x2
 
 
 class CNN(nnx.Module):
@@ -26,7 +27,7 @@ class CNN(nnx.Module):
             if norm is not None:
                 x = norm(x, use_running_average=not train)
             x = jax.nn.relu(x)
-        x = nnx.max_pool(x, (2, 2), strides=(2, 2))  # (B, H/2, W/2, C)
+        x = max_pool_2x2(x)  # (B, H/2, W/2, C)
         x = x.reshape(x.shape[0], -1)
         x = self.dropout(jax.nn.relu(self.dense(x)), deterministic=not train, rngs=rngs)
         return self.head(x)
