@@ -127,7 +127,7 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
             batch = jax.tree.map(lambda x: x[order[i]], batches)
             return train_and_sum(carry, batch, hyper, None if masks is None else jax.tree.map(lambda m: m[i], masks))
 
-        if members:
+        if members or active.shape[0] == 1:  # a one-step call: XLA removes a loop of one static iteration
             return jax.lax.fori_loop(0, active.shape[0], lambda i, carry: jax.lax.cond(
                 i < count, step, lambda i, carry: carry, i, carry), (state, acc))
         return jax.lax.fori_loop(0, count, step, (state, acc))
