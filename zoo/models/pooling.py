@@ -9,9 +9,9 @@ def max_pool_2x2(x: jax.Array) -> jax.Array:
 
     XLA differentiates a reduce_window max as select_and_scatter, which XLA:CPU expands into an argmax over
     windows of four int32 index arrays the size of the input and a scatter: ~110 ms of the 28x28 CNN's 290 ms
-    step at batch 128 (docs/benchmarks.md). Here the pool is a max over a reshape, and its gradient a few
-    elementwise passes that route each window's gradient to its first maximum in row-major order, as
-    select_and_scatter does (ties included)."""
+    step at batch 128 (docs/benchmarks.md). Here the pool is a max over a reshape, and its gradient an argmax
+    over each window's four values that routes the window's gradient to its first maximum in row-major order,
+    as select_and_scatter does (ties included)."""
     return _windows(x).max(axis=(2, 4))
 
 
@@ -21,24 +21,19 @@ def _windows(x):  # (B, H/2, 2, W/2, 2, C); an odd last row or column is dropped
 
 
 def _forward(x):
-    pooled = max_pool_2x2(x)
-    return pooled, (x, pooled)
+    return max_pool_2x2(x), (x,)
 
 
 def _backward(saved, g):
-    x, pooled = saved
+    # the first maximum of each window by argmax over its four values, not by equality with the saved forward
+    # output: XLA may recompute x inside another fusion, where a value can differ from the forward's in its last bit
+    (x,) = saved
     windows = _windows(x)
-    taken = jnp.zeros(pooled.shape, bool)
-    grads = {}
-    for i in (0, 1):
-        for j in (0, 1):
-            first = (windows[:, :, i, :, j] == pooled) & ~taken
-            taken = taken | first
-            grads[i, j] = jnp.where(first, g, jnp.zeros_like(g))
-    rows = [jnp.stack([grads[i, 0], grads[i, 1]], axis=3) for i in (0, 1)]  # (B, H/2, W/2, 2, C) each
-    dx = jnp.stack(rows, axis=2).reshape(windows.shape[0], windows.shape[1] * 2, windows.shape[3] * 2, -1)
-    b, h, w, c = x.shape
-    return (jnp.pad(dx, ((0, 0), (0, h - dx.shape[1]), (0, w - dx.shape[2]), (0, 0))),)
+    b, h, _, w, _, c = windows.shape
+    first = jnp.argmax(windows.transpose(0, 1, 3, 2, 4, 5).reshape(b, h, w, 4, c), axis=3)  # row-major in a window
+    routed = jnp.where(jnp.arange(4)[:, None] == first[:, :, :, None, :], g[:, :, :, None, :], jnp.zeros_like(g)[:, :, :, None, :])
+    dx = routed.reshape(b, h, w, 2, 2, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, h * 2, w * 2, c)
+    return (jnp.pad(dx, ((0, 0), (0, x.shape[1] - h * 2), (0, x.shape[2] - w * 2), (0, 0))),)
 
 
 max_pool_2x2.defvjp(_forward, _backward)
