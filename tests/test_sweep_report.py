@@ -69,6 +69,30 @@ def job_end(callback, root, name: str, error=None) -> None:
     callback.on_job_end(job_config(root, name), JobReturn(overrides=[], status=status, _return_value=error))
 
 
+@pytest.mark.parametrize("validation_fraction, split", [(0.1, "validation"), (0.0, "test")])
+def test_without_optimized_metric_a_sweep_selects_on_validation_when_carved(tmp_path, validation_fraction, split):
+    """The run's objective and the summary's ranking both use the validation split when there is one: the best
+    by validation (job 0) is not the best by test (job 1), and the summary ranks job 0 first."""
+    from zoo.outputs import objective_of
+    from zoo.tasks import TASKS
+
+    cfg = OmegaConf.create({"optimized_metric": None, "dataset": {"task": "classification",
+                                                                   "validation_fraction": validation_fraction}})
+    scores = {"0": (0.95, 0.90), "1": (0.90, 0.97)}  # (validation, test) accuracy
+    for job, (val, test) in scores.items():
+        results = {"steps": 6, "wall_time_s": 1.0, "test": {"accuracy": test, "count": 359}}
+        if validation_fraction:
+            results["validation"] = {"accuracy": val, "count": 144}
+        results["objective"] = objective_of(cfg, results, TASKS["classification"])
+        assert results["objective"] == (val if validation_fraction else test)
+        write_job(tmp_path, job, [f"seed={job}"], results=results, metric="null")
+        (tmp_path / job / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    summary = sweep_report.write_summary(str(tmp_path))
+    assert summary["objective"] == f"{split}/accuracy"
+    assert summary["best"]["job"] == ("0" if validation_fraction else "1")
+    assert f"Objective: `{split}/accuracy` (maximize)" in (tmp_path / "summary.md").read_text()
+
+
 def test_a_job_run_again_in_its_directory_is_summarised_by_how_it_ends_now(tmp_path):
     callback = SweepSummary()
     write_job(tmp_path, "0", ["seed=0"], results=completed(0.5))

@@ -20,7 +20,14 @@ RUN_METRICS = ("wall_time_s", "examples_per_s")  # figures of the run itself: a 
 # Which way is better, per metric: the best checkpoint follows the metric it is chosen by, not the task.
 METRIC_MODES = {"accuracy": "max", "r2": "max", "loss": "min", "mse": "min", "mae": "min",
                 "wall_time_s": "min", "examples_per_s": "max"}
-OBJECTIVES = {"classification": "accuracy", "regression": "loss"}  # what a sweep optimises unless told (on test)
+OBJECTIVES = {"classification": "accuracy", "regression": "loss"}  # what a sweep optimises unless told
+
+
+def default_objective(cfg) -> str:
+    """What a sweep optimises when optimized_metric is null: the task's metric on the validation split when
+    dataset.validation_fraction carves one from train, else on test (the only held-out split there is)."""
+    split = "validation" if (OmegaConf.select(cfg, "dataset.validation_fraction", default=0.0) or 0.0) > 0 else "test"
+    return f"{split}/{OBJECTIVES[OmegaConf.select(cfg, 'dataset.task', default='classification')]}"
 
 
 def direction_of(metric_name: str) -> str:
@@ -115,7 +122,7 @@ class PathsConfig:
 @dataclass
 class TrainConfig:
     seed: int = 0
-    optimized_metric: Any = None  # 'split/metric', or a list for a multi-objective sweep; null: test accuracy/loss
+    optimized_metric: Any = None  # 'split/metric', or a list for a multi-objective sweep; null: zoo.config.default_objective
     model: Any = field(default_factory=dict)
     optimizer: Any = field(default_factory=dict)
     schedule: Any = None

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.config import OBJECTIVES
+from zoo.config import OBJECTIVES, default_objective
 
 
 def classification_sums(logits, labels, mask) -> dict:
@@ -49,8 +49,8 @@ class Task:
 
     def optimized(self, cfg):
         """What a sweeper optimises: optimized_metric ('validation/accuracy'; a list of names for a multi-objective
-        sweep), else this task's objective on test."""
-        return cfg.optimized_metric or f"test/{self.objective}"
+        sweep), else this task's objective on validation, or on test without a validation split."""
+        return cfg.optimized_metric or default_objective(cfg)
 
 
 TASKS = {

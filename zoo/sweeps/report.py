@@ -16,7 +16,7 @@ import sys
 
 from omegaconf import OmegaConf
 
-from zoo.config import OBJECTIVES, direction_of
+from zoo.config import default_objective, direction_of
 from zoo.files import write_text
 from zoo.sweeps import pareto, plots
 from zoo.sweeps.jobs import finite, find_job_dirs, read_job
@@ -32,7 +32,7 @@ def objective_and_direction(job_dir: str) -> tuple:
     hydra_cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "hydra.yaml"))
     name = OmegaConf.select(cfg, "optimized_metric")
     if name is None:
-        name = f"test/{OBJECTIVES[OmegaConf.select(cfg, 'dataset.task', default='classification')]}"
+        name = default_objective(cfg)
     name = name if isinstance(name, str) else [str(n) for n in name]
     direction = [direction_of(n) for n in name] if isinstance(name, list) else direction_of(name)
     swept = OmegaConf.select(hydra_cfg, "hydra.sweeper.directions", default=None)
