@@ -66,9 +66,11 @@ def test_a_max_size_below_one_is_one_sentence(max_size, capsys):
 
 
 def test_without_an_output_subdir_a_group_writes_no_hydra_folder(tmp_path):
-    from zoo.population.launch import _train_group
+    from zoo.population.launch import PreparedJob, _train_group
 
-    job = OmegaConf.create({"hydra": {"output_subdir": None, "overrides": {"task": []}, "job": {"name": "train"}}})
+    job = OmegaConf.create({"hydra": {"output_subdir": None, "overrides": {"task": []}, "job": {"name": "train"},
+                                      "runtime": {"output_dir": str(tmp_path / "0")}}})
     cfg = OmegaConf.create({"paths": {"output_dir": str(tmp_path / "0")}})
-    assert _train_group(lambda cfgs, hydra_cfgs: ["done"], [job], [cfg]) == ["done"]
+    prepared = PreparedJob(job, cfg, OmegaConf.to_yaml(cfg), OmegaConf.masked_copy(job, ["hydra"]))
+    assert _train_group(lambda cfgs, hydra_cfgs: ["done"], [prepared]) == ["done"]
     assert not (tmp_path / "0").exists()

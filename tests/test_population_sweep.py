@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from omegaconf import OmegaConf
 
 from conftest import ROOT, subprocess_env
 from test_sweeps import multirun, study_trials, summary_rows
@@ -41,6 +42,24 @@ def test_jobs_are_grouped_by_structure_and_split_at_max_size(grouped_sweep):
     # a population's jobs end together: one summary after its last job, not one after each
     so_far = [int(n) for n in re.findall(r"sweep so far: (\d+) jobs", proc.stderr + proc.stdout)]
     assert so_far == [3, 4, 7, 8]
+
+
+def test_a_members_hydra_folder_is_what_run_job_writes_for_a_solo_job(grouped_sweep):
+    """Job 1 trained in a population, job 3 alone through Hydra's run_job; they differ in the learning rate only.
+    config.yaml keeps its interpolations unresolved, as run_job writes it."""
+    sweep, _ = grouped_sweep
+    member, solo = (sweep / "1" / ".hydra", sweep / "3" / ".hydra")
+    assert "output_dir: ${hydra:runtime.output_dir}" in (member / "config.yaml").read_text()
+    assert (member / "config.yaml").read_text().replace("learning_rate: 0.001", "learning_rate: 0.003") == \
+        (solo / "config.yaml").read_text()
+    hydra = [OmegaConf.to_container(OmegaConf.load(d / "hydra.yaml"))["hydra"] for d in (member, solo)]
+    for h, job in zip(hydra, ("1", "3")):
+        assert h["runtime"]["output_dir"] == str(sweep / job) and h["job"]["num"] == int(job)
+        assert any(o.startswith("optimizer.learning_rate=") for o in h["overrides"]["task"])
+        for key in ("num", "id", "override_dirname"):
+            del h["job"][key]
+        del h["runtime"]["output_dir"], h["overrides"]["task"]
+    assert hydra[0] == hydra[1]
 
 
 def test_eval_of_a_member_reproduces_its_final_metrics(grouped_sweep, data_dir):
