@@ -17,6 +17,15 @@ def test_figures_split_the_command_into_start_jobs_and_end():
                                           "in_job": 0.5, "between_jobs": 0.5, "start": 3, "end": 2})
 
 
+def test_a_populations_shared_training_counts_once():
+    # two members trained together for 4 s (each reports the group's 4 s), handed back at 7.5-7.6 and 7.7-7.8
+    stamps = [("multirun_start", 2), ("job_start", 7.5), ("job_end", 7.6), ("job_start", 7.7), ("job_end", 7.8)]
+    run = {"launched": 0.0, "ended": 9.0, "wall_time_s": [4.0, 4.0], "members": [2, 2],
+           "stamps": [{"event": e, "t": t} for e, t in stamps]}
+    assert figures(run) == pytest.approx({"jobs": 2, "wall": 9, "train": 4, "per_job": 0.9, "with_start": 2.5,
+                                          "in_job": None, "between_jobs": None, "start": 2, "end": 1.2})
+
+
 def test_quick_sweep_overhead_prints_every_row(data_dir, tmp_path, monkeypatch, capsys):
     for name, value in subprocess_env(data_dir).items():
         monkeypatch.setenv(name, value)

@@ -215,12 +215,13 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
                 m.error = e
         if all(m.error is not None for m in run):
             return
-    wall_time_s = time.perf_counter() - t0  # the group's: its members trained together, none alone
     host = jax.device_get(states)
     finals = _reported_states(program, run, host, eval_sets[periodic], task)
     placed = program.put_members(stack(_padded(finals, program.size)))
     split_metrics = {s: evaluate_members(program, placed, b, count, task, len(run)) for s, (b, count) in
                      eval_sets.items()}
+    # the group's, to its final evals as a solo run's: its members trained together, none alone
+    wall_time_s = time.perf_counter() - t0
     _save_finals(run, finals, split_metrics)
     for i, (m, c) in enumerate(zip(run, cfgs)):
         if m.error is not None:
