@@ -64,6 +64,18 @@ def test_summary_counts_parameters_and_reports_xla_flops(make_cfg, tmp_path, cap
     assert streamed["model"]["train_step_flops"] == pytest.approx(model["train_step_flops"], rel=0.01)
 
 
+@pytest.mark.parametrize("model", ["model=linear", "model.dropout=0.5", "model=mlp"])
+def test_a_k_step_calls_flops_count_is_one_steps(make_cfg, model):
+    """XLA counts a K-step call's loop body once but its work before the loop whole (the rows' indices, the
+    dropout masks drawn ahead): the count reported for 40-step calls equals a one-step call's."""
+    def flops(*overrides):
+        cfg = make_cfg("debug=smoke", model, "logger.summary=true", "trainer.max_steps=40", "trainer.log_every=40",
+                       "trainer.eval_every=40", *overrides, out=f"run{len(overrides)}")
+        return train(cfg)["model"]["train_step_flops"]
+
+    assert flops() == pytest.approx(flops("trainer.steps_per_call=1"), rel=0.005)
+
+
 # --- Early stopping --------------------------------------------------------------------------------------------
 
 # The loss falls from eval to eval; counting the highest loss as best makes only the first eval (step 2) an

@@ -3,9 +3,13 @@
 FLOPs come from `lowered.cost_analysis()` of the run's train call and eval step, lowered but not compiled.
 With the train split on the device, the train call is lowered for the shapes of the run's calls (K steps),
 so its first real call reuses that trace and lowering instead of paying them again (0.2 s of a default MLP
-run; a streamed split lowers one step instead of copying K batches for it); XLA counts the K-step loop's
-body once, so the count is one step's (within 0.5% of a one-step program's; tests/test_trainer_features.py
-checks it against the model's arithmetic). Under pmap and sharded each device runs its own program; the
+run; a streamed split lowers one step instead of copying K batches for it). XLA counts the K-step loop's
+body once but what the call does before its loop whole: the batch rows' indices and masks (a few FLOPs per
+index, K x B of them) and, with dropout, the K steps' masks drawn ahead (zoo.steps.predrawn_masks). Where
+that could be over 1% of the count (a model as small as linear regression: 39.6 k counted against 4.0 k for
+a 200-step call; dropout: 237 M against 36 M for the MLP) a one-step call is lowered and counted instead,
+whose count is exactly one step's; tests/test_trainer_features.py checks both against the model's
+arithmetic. Under pmap and sharded each device runs its own program; the
 figures are summed over devices, so work every device repeats (the optimizer update on replicated
 parameters) counts once per device: what the hardware does.
 """
@@ -43,9 +47,10 @@ def xla_flops(fn, *args):
     return float(flops) if flops > 0 else None
 
 
-def summarize(run, state, flops: bool = True, call_length: int = 1) -> dict:
+def summarize(run, state, flops: bool = True, call_length: int = 1, dropout: bool = False) -> dict:
     """results.json's `model`: params, param_bytes, train_step_flops, eval_flops_per_example (global batch).
-    `call_length`: the steps of each train call the run makes (zoo.loop.call_length)."""
+    `call_length`: the steps of each train call the run makes (zoo.loop.call_length); `dropout`: whether the
+    model draws dropout masks (a rate above 0)."""
     compiled, mode = run.compiled, run.compiled.mode
     counts = count_parameters(run.host_state.params)
     if not flops:
@@ -54,10 +59,23 @@ def summarize(run, state, flops: bool = True, call_length: int = 1) -> dict:
     # would need K batches copied for it (a CIFAR-sized K=200 chunk is 315 MB): one step is lowered instead
     k = call_length if run.feed.resident else 1
     first_call = run.feed.args(0, k, pad_to=k)
-    train_args = (jax.tree.leaves(state), compiled.put_sums(compiled.zero_sums), *first_call)
+    sums = compiled.put_sums(compiled.zero_sums)
+    train_args = (jax.tree.leaves(state), sums, *first_call)
     eval_args = (state, mode.put_replicated(compiled.zero_sums), next(iter(run.eval_sets.values()))[0][0])
-    return {**counts, **step_flops(compiled.train_chunk, train_args, compiled.eval_step, eval_args,
-                                   mode.num_devices)}
+    flops = step_flops(compiled.train_chunk, train_args, compiled.eval_step, eval_args, mode.num_devices)
+    if k > 1 and _outside_loop_may_show(flops["train_step_flops"], k, run.stream.batch_size, dropout):
+        one_step = (jax.tree.leaves(state), sums, *run.feed.args(0, 1, pad_to=1))
+        flops["train_step_flops"] = _scaled(xla_flops(compiled.train_chunk, *one_step), mode.num_devices)
+    return {**counts, **flops}
+
+
+# FLOPs per index of a K x B call before its loop (unfolding the mask, finding the active rows): ~3 measured
+INDEX_FLOPS = 8
+
+
+def _outside_loop_may_show(call_flops, k: int, batch_size: int, dropout: bool) -> bool:
+    """Whether a K-step call's work outside its loop, counted whole, could be over 1% of its count."""
+    return call_flops is None or dropout or INDEX_FLOPS * k * batch_size > 0.01 * call_flops
 
 
 def count_parameters(params) -> dict:
@@ -72,8 +90,12 @@ def step_flops(train_chunk, train_args: tuple, eval_step, eval_args: tuple, devi
     train_flops = xla_flops(train_chunk, *train_args)
     eval_flops = xla_flops(eval_step, *eval_args)
     eval_rows = int(np.size(eval_args[-1]["mask"]))
-    return {"train_step_flops": None if train_flops is None else train_flops * devices,
+    return {"train_step_flops": _scaled(train_flops, devices),
             "eval_flops_per_example": None if eval_flops is None else eval_flops * devices / eval_rows}
+
+
+def _scaled(flops, devices: int):
+    return None if flops is None else flops * devices
 
 
 def _si(value, unit: str) -> str:
@@ -103,7 +125,8 @@ def achieved_gflop_s(model: dict | None, batch_size: int, examples_per_s: float)
 
 def describe(cfg, run, state, logger, call_length: int = 1) -> dict:
     """Parameter counts always; with logger.summary also the layer table and FLOPs, logged before step one."""
-    model = summarize(run, state, flops=cfg.logger.summary, call_length=call_length)
+    model = summarize(run, state, flops=cfg.logger.summary, call_length=call_length,
+                      dropout=float(cfg.model.get("dropout") or 0.0) > 0)
     return report(cfg, model, run.stream.batch_size, [logger])
 
 
