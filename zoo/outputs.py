@@ -43,6 +43,7 @@ class RunOutputs:
     early: EarlyStopping | None = None
     results: dict = field(default_factory=dict)
     recorded: dict | None = None  # the results of a run that had finished before this command, which leaves it so
+    _final_logged: bool = False
 
     @property
     def end_step(self) -> int:
@@ -59,18 +60,26 @@ class RunOutputs:
         self.results["early_stopping"] = {**self.early.state_dict(), "best_checkpoint_step": best_step}
         return host_state
 
-    def finish(self, step: int, train_metrics: dict, split_metrics: dict, final_state, **extras) -> dict:
-        """Log the final evals, take the final checkpoint, write results.json and close the logs."""
-        results = {"train": train_metrics or self.logger.last("train"), **self.results}
+    def log_final(self, step: int, split_metrics: dict) -> None:
+        """Log the final evals and close the logs, once: curves.png is drawn from here on (in a sweep by a
+        drawing child, while this process writes the final checkpoints)."""
+        if self._final_logged:
+            return
         for split, metrics in split_metrics.items():
-            results[split] = metrics
             self.logger.log(step, split, metrics)
+        self.logger.close("accuracy" if self.cfg.dataset.task == "classification" else "r2")
+        self._final_logged = True
+
+    def finish(self, step: int, train_metrics: dict, split_metrics: dict, final_state, **extras) -> dict:
+        """Log the final evals and close the logs (unless log_final did), take the final checkpoint, then write
+        results.json: a results.json always has its checkpoint."""
+        results = {"train": train_metrics or self.logger.last("train"), **self.results, **split_metrics}
+        self.log_final(step, split_metrics)
         if self.early is None:
             self.save(self.total_steps, final_state, self.zero_sums, next(iter(split_metrics.values())), wait=True)
         results.update(extras)
         results["objective"] = objective_of(self.cfg, results, self.task)
         self.logger.write_results(results)
-        self.logger.close("accuracy" if self.cfg.dataset.task == "classification" else "r2")
         if self.early is not None:
             log.info("final metrics are those of the best checkpoint, step %d",
                      results["early_stopping"]["best_checkpoint_step"])

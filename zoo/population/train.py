@@ -222,6 +222,9 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
                      eval_sets.items()}
     # the group's, to its final evals as a solo run's: its members trained together, none alone
     wall_time_s = time.perf_counter() - t0
+    for i, m in enumerate(run):  # their curves.png are drawn by the drawing children while the saves run here
+        if m.error is None:
+            m.outputs.log_final(m.end, {s: v[i] for s, v in split_metrics.items()})
     _save_finals(run, finals, split_metrics)
     for i, (m, c) in enumerate(zip(run, cfgs)):
         if m.error is not None:
