@@ -96,6 +96,17 @@ def test_members_with_a_learning_rate_schedule_equal_their_solo_runs(make_cfg, g
     assert ("learning_rate" in member_hyperparameters(cfgs)[0]["optimizer"]) == (grid == GRID)
 
 
+def test_a_members_model_summary_counts_its_solo_runs_flops(make_cfg):
+    """Linear regression on diabetes, whose step is small enough that the solo run counts a one-step call from
+    the resident split (zoo.summary): a member reports the same count, index handling included."""
+    model = ["model=linear", "dataset=diabetes", "logger.summary=true"]
+    outcomes = train_population(configs(make_cfg, "pop", *model, grid=GRID[:2]))
+    solo = train(make_cfg(*SMALL, *model, f"optimizer.learning_rate={GRID[0][0]}", f"seed={GRID[0][1]}", out="solo"))
+    for outcome in outcomes:
+        assert outcome["model"]["train_step_flops"] == pytest.approx(solo["model"]["train_step_flops"], rel=1e-3)
+        assert outcome["model"]["eval_flops_per_example"] == pytest.approx(solo["model"]["eval_flops_per_example"])
+
+
 def test_with_nan_check_step_a_diverging_member_names_its_batch_as_its_solo_run_does(make_cfg):
     grid = [("0.05", "0"), ("1e6", "0")]
     outcomes = train_population(configs(make_cfg, "pop", "optimizer=sgd", "trainer.nan_check=step", grid=grid))

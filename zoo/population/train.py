@@ -14,7 +14,7 @@ import numpy as np
 
 from zoo.config import validate
 from zoo.data import TrainStream
-from zoo.data.feed import MB, fits_on_device, split_bytes
+from zoo.data.feed import MB, fits_on_device, fold_mask, split_bytes
 from zoo.errors import UserError
 from zoo.loop import total_steps_for
 from zoo.optim import build_optimizer, check_run_length, hyperparameters
@@ -132,10 +132,11 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                      for s, batches in host_batches.items()}
         run = [m for _, m in members]
         model = count_parameters(initial[0][1].params)
-        if cfg.logger.summary:  # FLOPs of one member's solo step: what each member's results.json reports
+        if cfg.logger.summary:  # FLOPs of one member's solo step from the resident split, as its solo run counts
             solo_step = jax.jit(functools.partial(train_chunk, hyper=hypers[0]))
-            state = initial[0][1]
-            model.update(step_flops(solo_step, (state, zero, streams[0].chunk(0, 1)), jax.jit(eval_step),
+            state, one_step = initial[0][1], {"idx": fold_mask(*streams[0].indices(0, 1))}
+            rows = {"x": train_split.x, "y": train_split.y}
+            model.update(step_flops(solo_step, (state, zero, one_step, rows), jax.jit(eval_step),
                                     (state, zero, next(iter(host_batches.values()))[0]), 1))
         model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
         _train(program, run, [cfgs[i] for i, _ in members], [hypers[i] for i, _ in members], task, total_steps,
