@@ -1,5 +1,6 @@
 """A sweep composes each job once: the composition its sweeper validated is the one its launcher runs; jobs
 that choose the same config groups share the defaults tree and merged files, and compose what Hydra composes."""
+import copy
 import os
 import shutil
 
@@ -11,7 +12,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from conftest import CONF
-from zoo.sweeps.compose_once import KEPT, ComposeOnce, remember_compositions, reuse_defaults
+from zoo.sweeps.compose_once import KEPT, ComposeOnce, remember_compositions, reuse_defaults, share_config_store
 
 
 class CountingLoader:
@@ -93,6 +94,26 @@ def test_reused_defaults_compose_what_hydra_composes():
     reuse_defaults(reusing)
     assert [OmegaConf.to_yaml(reusing.load_sweep_config(master, job)) for job in JOBS] == expected
     assert len(reusing.merged) == 8  # one per choice of config groups (hydra.* settings count as one)
+
+
+def test_a_copied_config_repository_shares_the_store_and_composes_what_hydra_composes():
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):  # hydra.main's search path
+        loader = GlobalHydra.instance().config_loader()
+        source = next(s for s in loader.repository.get_sources() if s.scheme() == "structured")
+        shared = vars(type(source)).get("__deepcopy__")
+        if shared is not None:  # applied by an earlier test: compose as Hydra does first
+            del type(source).__deepcopy__
+        try:
+            master = loader.load_configuration("train", ["seed=0,1"], RunMode.MULTIRUN)
+            expected = [OmegaConf.to_yaml(loader.load_sweep_config(master, job)) for job in JOBS]
+            assert copy.deepcopy(source).store is not source.store  # Hydra copies the whole store
+            share_config_store(loader)
+            copied = copy.deepcopy(source)
+            assert copied.store is source.store and copied is not source and copied.path == source.path
+            assert [OmegaConf.to_yaml(loader.load_sweep_config(master, job)) for job in JOBS] == expected
+        finally:
+            if shared is not None:
+                type(source).__deepcopy__ = shared
 
 
 def test_a_config_file_edited_during_a_sweep_is_read_again(tmp_path):

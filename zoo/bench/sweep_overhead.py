@@ -4,22 +4,27 @@ Runs `python train.py -m optimizer.learning_rate=1e-4,3e-4,1e-3,3e-3 seed=0,1,2,
 on digits, Hydra's basic sweeper and launcher) as a subprocess, with a clock callback that records when the
 sweep and each job start and end, and prints (seconds, median over --repeats commands):
 
-  sweep_overhead/per_job       (last job's end - sweep start - sum of results.json wall_time_s) / jobs:
-                               what each further job adds besides its training; target <= 0.1 s
-  sweep_overhead/with_start    (command wall - sum of wall_time_s) / jobs: the fixed start and end shared out
-  sweep_overhead/in_job        per job, its span (on_job_start -> on_job_end) minus its wall_time_s:
-                               the final checkpoint, results.json, closing the logs (curves.png is drawn
-                               by a child process while the next job runs)
+  sweep_overhead/per_job       (last job end - sweep start - time in training calls) / jobs: what each further
+                               job adds outside train() (a population: outside its group's
+                               train_population()); target <= 0.1 s
+  sweep_overhead/with_start    (command wall - time in training calls) / jobs: the fixed start and end shared out
+  sweep_overhead/finish        per job, its training call - its wall_time_s: what train() does after its final
+                               evals (the final checkpoint, results.json, closing the logs; curves.png is drawn
+                               by a child process while the next job runs). Inside train(), so not in per_job
+  sweep_overhead/in_job        per job, its span (on_job_start -> on_job_end) minus its train() call: the task
+                               function's own work around train()
   sweep_overhead/between_jobs  per job, the rest: Hydra composing the job's config (once: the sweeper
                                validates the batch, the launcher takes that composition), saving it, setting
                                up logging, the sweep summary table after the job
   sweep_overhead/start         process start -> the sweep's first callback (imports, composing the config)
   sweep_overhead/end           last job's end -> process exit: the final summary and plot, interpreter exit
 
+The training calls are timed by running train.py through zoo.bench.timed_train, which stamps each call of
+zoo.train.train (zoo.population.train.train_population for a population's group) into the clock file.
 The breakdown assumes jobs run one after another. Extra overrides after `--` are added to the command:
-`-- hydra/launcher=population` measures the population launcher, whose group trains its jobs at once: its
-training time (the members' shared wall_time_s) counts once, and only per_job, with_start, start and end
-are reported (a member's span is its hand-back, after the group trained).
+`-- hydra/launcher=population` measures the population launcher, whose group trains its jobs in one call: that
+call counts once, and in_job and between_jobs are not reported (a member's span is its hand-back, after the
+group trained).
 """
 import argparse
 import json
@@ -62,7 +67,7 @@ def run_sweep(sweep: list, work: str) -> dict:
     """One multirun command, timed from outside; its clock stamps and each job's results.json."""
     here = tempfile.mkdtemp(prefix="sweep_", dir=work)
     sweep_dir, clock = os.path.join(here, "multirun"), os.path.join(here, "clock.jsonl")
-    cmd = [sys.executable, "train.py", "-m", *sweep, f"hydra.sweep.dir={sweep_dir}",
+    cmd = [sys.executable, "-m", "zoo.bench.timed_train", clock, "-m", *sweep, f"hydra.sweep.dir={sweep_dir}",
            "+hydra.callbacks.bench_clock._target_=zoo.bench.sweep_overhead.SweepClock",
            f"+hydra.callbacks.bench_clock.path={clock}"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
@@ -89,25 +94,29 @@ def figures(run: dict) -> dict:
     at = {}
     for s in run["stamps"]:
         at.setdefault(s["event"], []).append(s["t"])
-    # a population's members report their group's wall time: each adds its share, so the group counts once
-    members = run.get("members", [1] * len(run["wall_time_s"]))
-    jobs, train = len(run["wall_time_s"]), sum(w / n for w, n in zip(run["wall_time_s"], members))
+    jobs = len(run["wall_time_s"])
     if not len(at.get("job_start", [])) == len(at.get("job_end", [])) == jobs:
         raise RuntimeError(f"{jobs} jobs finished but the clock saw {len(at.get('job_end', []))} job ends: this "
                            "launcher does not run each job through Hydra's job callbacks")
+    train = sum(e - s for s, e in zip(at["train_start"], at["train_end"]))  # calls run one after another
+    # a population's members report their group's wall time: each adds its share, so the group counts once
+    members = run.get("members", [1] * jobs)
+    evaluated = sum(w / n for w, n in zip(run["wall_time_s"], members))
     sweep_start, last_end = at["multirun_start"][0], at["job_end"][-1]
     spans = sum(e - s for s, e in zip(at["job_start"], at["job_end"]))  # the jobs run one after another
     wall = run["ended"] - run["launched"]
     one_by_one = all(n == 1 for n in members)
     return {"jobs": jobs, "wall": wall, "train": train, "per_job": (last_end - sweep_start - train) / jobs,
-            "with_start": (wall - train) / jobs, "in_job": (spans - train) / jobs if one_by_one else None,
+            "with_start": (wall - train) / jobs, "finish": (train - evaluated) / jobs,
+            "in_job": (spans - train) / jobs if one_by_one else None,
             "between_jobs": (last_end - sweep_start - spans) / jobs if one_by_one else None,
             "start": sweep_start - run["launched"], "end": run["ended"] - last_end}
 
 
-NOTES = {"per_job": "(last job end - sweep start - sum wall_time_s) / jobs",
-         "with_start": "(command wall - sum wall_time_s) / jobs: start and end shared out",
-         "in_job": "per job: its span - its wall_time_s (final checkpoint, results, closing logs)",
+NOTES = {"per_job": "(last job end - sweep start - time in train() calls) / jobs",
+         "with_start": "(command wall - time in train() calls) / jobs: start and end shared out",
+         "finish": "per job: train() after its final evals (final checkpoint, results, closing logs)",
+         "in_job": "per job: its span - its train() call (the task function around train())",
          "between_jobs": "per job: composing its config, job setup, the summary table",
          "start": "process start -> sweep start (imports, first composition)",
          "end": "last job end -> exit (final summary and plot, interpreter exit)"}
@@ -132,7 +141,7 @@ def main(argv=None) -> dict:
     runs = [figures(run_sweep(sweep, work)) for _ in range(args.repeats)]
     jobs, wall, train = runs[0]["jobs"], median([r["wall"] for r in runs]), median([r["train"] for r in runs])
     print(f"`python train.py -m {' '.join(sweep)}`: {jobs} jobs, {wall:.1f} s wall, {train:.1f} s in train() "
-          f"(results.json wall_time_s, a population's once)", flush=True)
+          f"(a population: in train_population())", flush=True)
     rows = []
     for key, note in NOTES.items():
         if any(r[key] is None for r in runs):
