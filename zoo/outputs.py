@@ -164,12 +164,14 @@ def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts) -> N
 
 
 def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None):
-    """save(step, host state, host sums, eval metrics): refuses non-finite params, so the latest is good."""
+    """save(step, host state, host sums, eval metrics): refuses non-finite params, so the latest is good.
+    save.later(...) takes the same arguments, checks and describes the checkpoint now and returns the call that
+    writes it (None when there is nothing to write): a population writes its members' on another thread."""
     config = OmegaConf.to_container(cfg, resolve=True)
 
-    def save(step, state, sums, eval_metrics=None, wait=False):
-        if ckpts is None or step in ckpts.steps():  # a finished run evaluated again
-            return
+    def later(step, state, sums, eval_metrics=None):
+        if ckpts is None:
+            return None
         host_state = jax.device_get(state)
         if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(host_state.params)):
             raise NonFiniteLoss(f"parameters became non-finite by step {step}; the checkpoint was not written "
@@ -179,10 +181,21 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None):
                 "total_steps": total_steps}
         if early is not None:  # patience survives a preemption
             meta["early_stopping"] = early.state_dict()
-        ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
+
+        def write():
+            if step not in ckpts.steps():  # else a finished run evaluated again
+                ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
+
+        return write
+
+    def save(step, state, sums, eval_metrics=None, wait=False):
+        if ckpts is None or step in ckpts.steps():
+            return
+        later(step, state, sums, eval_metrics)()
         if wait:
             ckpts.wait()
 
+    save.later = later
     return save
 
 

@@ -6,6 +6,7 @@ Members resumed from different steps wait, masked, until the population reaches 
 """
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import jax
@@ -49,40 +50,45 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     step = min([m.outputs.start_step for m in members if m.error is None] + [total_steps])
     length = call_length(cfg, steps_per_call, total_steps - step)
     interval_start, t_log = step, time.perf_counter()
-    saves = []  # (member, step, host state, host sums, eval metrics) written while the next chunk computes
-    while step < total_steps and any(m.error is None and step < m.end for m in members):
-        k = min(length, next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
-        idx, mask = _member_rows(members, step, k, length, program.size)
-        states, accs = program.train_chunk(states, accs, idx, mask, hyper)
-        _write(saves)
-        saves = []
-        step += k
-        saved_states = None
-        if step % log_every == 0 or step == total_steps:
-            accs = _log_train(program, accs, members, step, interval_start, time.perf_counter() - t_log, task,
-                              each_step=each_step)
-            interval_start, t_log = step, time.perf_counter()
-        evals = {}
-        if eval_every and step % eval_every == 0 and step < total_steps:
-            evals = _periodic_eval(program, states, members, step, eval_set, task)
-        checkpoint_due = checkpoint_every and step % checkpoint_every == 0
-        stopping = bool(stop)  # read once: a signal during the loop below must reach every member or none
-        for i, m in enumerate(members):
-            if m.error is not None or step > m.end or m.outputs.start_step >= step:
-                continue  # done before, or not yet started: nothing new to save
-            ended = step == m.end and step < total_steps  # early stopping ended it at this eval
-            pruned = i in evals and m.on_eval is not None and m.on_eval(step, evals[i])
-            if step < total_steps and (checkpoint_due or stopping or pruned or ended or
-                                       (m.outputs.early is not None and i in evals)):
-                if saved_states is None:
-                    saved_states = jax.device_get((states, accs))
-                saves.append((m, step, member(saved_states[0], i), member(saved_states[1], i), evals.get(i)))
-            if pruned and m.error is None:
-                m.error = TrialPruned(f"pruned at step {step} by the sweep's pruner ({eval_set[0]}: "
-                                      f"{metric_summary(evals[i])})")
-        if stopping:
-            break
-    _write(saves)
+    writes = []  # (member, write): the checkpoints due at the last boundary, checked and described already
+    with ThreadPoolExecutor(1, thread_name_prefix="zoo-population-saves") as writer:
+        pending = None
+        while step < total_steps and any(m.error is None and step < m.end for m in members):
+            k = min(length, next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
+            idx, mask = _member_rows(members, step, k, length, program.size)
+            states, accs = program.train_chunk(states, accs, idx, mask, hyper)
+            _wait(pending)  # one boundary's writes at a time: orbax saves of one manager never overlap
+            pending = writer.submit(_write, writes) if writes else None
+            writes = []
+            step += k
+            saved_states = None
+            if step % log_every == 0 or step == total_steps:
+                accs = _log_train(program, accs, members, step, interval_start, time.perf_counter() - t_log, task,
+                                  each_step=each_step)
+                interval_start, t_log = step, time.perf_counter()
+            evals = {}
+            if eval_every and step % eval_every == 0 and step < total_steps:
+                evals = _periodic_eval(program, states, members, step, eval_set, task)
+            checkpoint_due = checkpoint_every and step % checkpoint_every == 0
+            stopping = bool(stop)  # read once: a signal during the loop below must reach every member or none
+            for i, m in enumerate(members):
+                if m.error is not None or step > m.end or m.outputs.start_step >= step:
+                    continue  # done before, or not yet started: nothing new to save
+                ended = step == m.end and step < total_steps  # early stopping ended it at this eval
+                pruned = i in evals and m.on_eval is not None and m.on_eval(step, evals[i])
+                if step < total_steps and (checkpoint_due or stopping or pruned or ended or
+                                           (m.outputs.early is not None and i in evals)):
+                    if saved_states is None:
+                        saved_states = jax.device_get((states, accs))
+                    writes.append(_prepare_write(m, step, member(saved_states[0], i), member(saved_states[1], i),
+                                                 evals.get(i)))
+                if pruned and m.error is None:
+                    m.error = TrialPruned(f"pruned at step {step} by the sweep's pruner ({eval_set[0]}: "
+                                          f"{metric_summary(evals[i])})")
+            if stopping:
+                break
+        _wait(pending)
+    _write(writes)  # at the end or a stop: written before the members' outcomes are decided
     return states, step
 
 
@@ -163,11 +169,30 @@ def evaluate_members(program, states, batches, count: int, task, n: int) -> list
     return metrics
 
 
-def _write(saves: list) -> None:
-    """Write the checkpoints due at the last boundary. Called just after the next chunk is dispatched, so
-    orbax's work on the host overlaps the members' training instead of adding to it."""
-    for m, step, host_state, host_acc, eval_metrics in saves:
+def _prepare_write(m: Member, step: int, host_state, host_acc, eval_metrics):
+    """(member, the call writing its checkpoint at `step`), checked now: non-finite parameters fail the member
+    here, before its next chunk."""
+    try:
+        return m, m.outputs.save.later(step, host_state, host_acc, eval_metrics)
+    except UserError as e:  # non-finite params: it alone fails (no checkpoint is written)
+        m.error = e
+        return m, None
+
+
+def _write(writes: list) -> None:
+    """Write the checkpoints due at a boundary: on the writer thread while the next chunks train, so that
+    orbax's work on the host overlaps the members' training instead of adding to it. A member whose write is
+    refused (a full disk) fails alone; the chunks already running train it on, but nothing more of it is
+    saved, and once the failure is seen its rows are masked."""
+    for m, write in writes:
+        if write is None:
+            continue
         try:
-            m.outputs.save(step, host_state, host_acc, eval_metrics)
-        except UserError as e:  # non-finite params (the chunk already running trains the member on, but nothing
-            m.error = e  # of it is logged or saved, and the next one masks it) or a refused write: it alone fails
+            write()
+        except UserError as e:
+            m.error = e
+
+
+def _wait(pending) -> None:
+    if pending is not None:
+        pending.result()  # a write's unexpected error is raised here, on the loop's thread
