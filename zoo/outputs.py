@@ -189,11 +189,11 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None):
         return write
 
     def save(step, state, sums, eval_metrics=None, wait=False):
-        if ckpts is None or step in ckpts.steps():
-            return
-        later(step, state, sums, eval_metrics)()
-        if wait:
-            ckpts.wait()
+        write = later(step, state, sums, eval_metrics)
+        if write is not None:
+            write()
+            if wait:
+                ckpts.wait()
 
     save.later = later
     return save
