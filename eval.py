@@ -1,9 +1,12 @@
 """Evaluate a finished run: `python eval.py run_dir=outputs/... [checkpoint=best|latest|STEP] [split=test]`."""
-import hydra
+from zoo.startup import loading_libraries
 
-from zoo.cli import run_task
-from zoo.config import register_configs
-from zoo.evaluate import evaluate
+with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
+    import hydra
+
+    from zoo.cli import run_task
+    from zoo.config import register_configs
+    from zoo.evaluate import evaluate
 
 register_configs()
 

@@ -1,9 +1,12 @@
 """Export a finished run: `python export.py run_dir=outputs/... [checkpoint=best|latest|STEP]` -> <run_dir>/export/."""
-import hydra
+from zoo.startup import loading_libraries
 
-from zoo.cli import run_task
-from zoo.config import register_configs
-from zoo.export.artifact import export
+with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
+    import hydra
+
+    from zoo.cli import run_task
+    from zoo.config import register_configs
+    from zoo.export.artifact import export
 
 register_configs()
 

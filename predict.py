@@ -1,9 +1,12 @@
 """Predict with an exported model: `python predict.py run_dir=outputs/... input=FILE.npy|FILE.csv [output=FILE.csv]`."""
-import hydra
+from zoo.startup import loading_libraries
 
-from zoo.cli import run_task
-from zoo.config import register_configs
-from zoo.export.predict import predict
+with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
+    import hydra
+
+    from zoo.cli import run_task
+    from zoo.config import register_configs
+    from zoo.export.predict import predict
 
 register_configs()
 

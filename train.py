@@ -1,11 +1,14 @@
 """Train a model: `python train.py model=cnn dataset=digits parallel=none` (see conf/)."""
-import hydra
+from zoo.startup import loading_libraries
 
-from zoo.cli import run_task
-from zoo.config import register_configs
-from zoo.population.launch import trains_populations
-from zoo.population.train import train_population
-from zoo.train import train
+with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
+    import hydra
+
+    from zoo.cli import run_task
+    from zoo.config import register_configs
+    from zoo.population.launch import trains_populations
+    from zoo.population.train import train_population
+    from zoo.train import train
 
 register_configs()
 

@@ -1,0 +1,45 @@
+"""The entry scripts import the libraries with the garbage collector off, then freeze what the imports made."""
+import gc
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from zoo.startup import loading_libraries
+
+
+@pytest.fixture
+def collector():
+    was_enabled = gc.isenabled()
+    yield
+    gc.unfreeze()
+    (gc.enable if was_enabled else gc.disable)()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_off_while_loading_then_what_was_loaded_is_frozen(collector, enabled):
+    (gc.enable if enabled else gc.disable)()
+    gc.unfreeze()
+    with loading_libraries():
+        assert not gc.isenabled()
+        made = [[] for _ in range(1000)]  # container objects the collector tracks
+    assert gc.get_freeze_count() >= len(made)
+    assert gc.isenabled() == enabled  # as it was before
+
+
+def test_a_failed_import_still_gives_the_collector_back(collector):
+    gc.enable()
+    with pytest.raises(ImportError):
+        with loading_libraries():
+            import zoo.no_such_module  # noqa: F401
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("script", ["train", "eval", "predict", "export"])
+def test_each_entry_script_loads_its_libraries_that_way(script):
+    probe = (f"import gc, {script}, jax, flax, orbax.checkpoint, hydra; "
+             "print(gc.isenabled(), gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    enabled, frozen = out.stdout.split()
+    assert enabled == "True" and int(frozen) > 100_000  # the libraries' objects, not a handful
