@@ -233,6 +233,8 @@ def test_a_signal_during_the_last_call_lets_the_run_finish(make_cfg, monkeypatch
 def test_preempted_survives_pickling_as_a_launcher_in_another_process_sends_it_back():
     import pickle
 
-    stopped = pickle.loads(pickle.dumps(Preempted(37, signal.SIGTERM, "/runs/x")))
-    assert isinstance(stopped, Preempted) and stopped.exit_code == 143 and str(stopped) == str(
-        Preempted(37, signal.SIGTERM, "/runs/x"))
+    for sweep_dir in (None, "/runs"):  # a single run's stop, a sweep job's
+        stopped = pickle.loads(pickle.dumps(Preempted(37, signal.SIGTERM, "/runs/x", sweep_dir)))
+        assert isinstance(stopped, Preempted) and stopped.exit_code == 143 and str(stopped) == str(
+            Preempted(37, signal.SIGTERM, "/runs/x", sweep_dir))
+    assert "hydra.sweep.dir=/runs" in str(stopped)

@@ -136,10 +136,13 @@ def test_sigterm_ends_a_multirun_after_the_job_it_stopped(data_dir, tmp_path):
     assert "rerun the same multirun command" in stderr
     assert not (sweep / "1").exists()  # the sweep ended: the next job never started
     stopped_at = Checkpoints(str(sweep / "0" / "checkpoints"), read_only=True).steps()[-1]
+    failure = json.loads((sweep / "0" / "failure.json").read_text())  # the job's own record says the same
+    assert failure["reason"].endswith(f"rerun the same multirun command (hydra.sweep.dir={sweep}) to resume the sweep")
     done = run(args, data_dir, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((sweep / "0" / "results.json").read_text())["start_step"] == stopped_at
     assert json.loads((sweep / "1" / "results.json").read_text())["steps"] == 3000
+    assert not (sweep / "0" / "failure.json").exists()  # completed by the rerun: no longer a failed job
 
 
 def test_the_sweep_ending_callback_leaves_single_runs_and_launcher_children_alone(monkeypatch, capsys):

@@ -146,6 +146,9 @@ def test_sigterm_saves_every_member_and_the_same_command_resumes(data_dir, make_
     assert "stopped by SIGTERM at step" in stderr and "rerun the same multirun command" in stderr
     stopped = [Checkpoints(str(sweep / j / "checkpoints"), read_only=True).steps()[-1] for j in ("0", "1")]
     assert stopped[0] == stopped[1] and 30 <= stopped[0] < 3000  # every member saved at the same step
+    for job in ("0", "1"):
+        reason = json.loads((sweep / job / "failure.json").read_text())["reason"]
+        assert reason.endswith(f"rerun the same multirun command (hydra.sweep.dir={sweep}) to resume the sweep")
     done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -155,6 +158,7 @@ def test_sigterm_saves_every_member_and_the_same_command_resumes(data_dir, make_
         results = json.loads((sweep / job / "results.json").read_text())
         assert results["start_step"] == stopped[0] and results["steps"] == 3000
         assert results["population"]["members"] == 2
+        assert not (sweep / job / "failure.json").exists()  # completed by the rerun: no longer a failed job
         assert final_states(sweep / job, cfg) == final_states(cfg.paths.output_dir, cfg)  # bitwise
 
 

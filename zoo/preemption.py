@@ -1,5 +1,6 @@
 """SIGTERM / SIGINT ask the loop to stop after the current step, save, and exit; a second Ctrl-C aborts."""
 import contextlib
+import os
 import signal
 import threading
 
@@ -7,13 +8,27 @@ from zoo.errors import UserError
 
 
 class Preempted(UserError):
-    def __init__(self, step: int, signum: int, run_dir: str):
+    def __init__(self, step: int, signum: int, run_dir: str, sweep_dir: str | None = None):
         self.step, self.signum, self.run_dir, self.exit_code = step, signum, run_dir, 128 + signum
-        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}; the checkpoint is saved — "
-                         f"resume with the same command and hydra.run.dir={run_dir}")
+        self.sweep_dir = sweep_dir
+        how = (f"rerun the same multirun command (hydra.sweep.dir={sweep_dir}) to resume the sweep" if sweep_dir
+               else f"resume with the same command and hydra.run.dir={run_dir}")
+        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}; the checkpoint is saved — {how}")
 
     def __reduce__(self):  # a launcher in another process (submitit) sends it back pickled
-        return type(self), (self.step, self.signum, self.run_dir)
+        return type(self), (self.step, self.signum, self.run_dir, self.sweep_dir)
+
+
+def preempted(step: int, signum: int, run_dir: str, hydra_cfg=None) -> Preempted:
+    """The stop of the run in `run_dir`, whose Hydra node is `hydra_cfg` (default: the current job's, if any): a
+    multirun's job is resumed by rerunning its sweep, so its message says that."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if hydra_cfg is None and HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+    in_sweep = hydra_cfg is not None and hydra_cfg.mode == RunMode.MULTIRUN
+    return Preempted(step, signum, os.path.abspath(run_dir), os.path.abspath(hydra_cfg.sweep.dir) if in_sweep else None)
 
 
 class StopFlag:

@@ -19,7 +19,7 @@ from zoo.optim import build_optimizer, check_run_length
 from zoo.outputs import open_outputs
 from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
 from zoo.parallel.distributed import barrier, is_primary
-from zoo.preemption import Preempted, stop_on_signals
+from zoo.preemption import preempted, stop_on_signals
 from zoo.privacy.plan import PrivacyPlan, plan_privacy
 from zoo.state import TrainState, create_state
 from zoo.steps import PackedSums, make_steps, over_leaves
@@ -164,7 +164,7 @@ def train(cfg: DictConfig) -> dict:
         if stop and step < out.end_step:  # a signal during the last call: the run is complete, finish it
             if out.ckpts:
                 out.ckpts.wait()
-            raise Preempted(step, stop.signum, os.path.abspath(cfg.paths.output_dir))
+            raise preempted(step, stop.signum, cfg.paths.output_dir)
         if out.early is not None:
             periodic = None
             if out.early.stopped_step is None:

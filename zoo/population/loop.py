@@ -26,6 +26,7 @@ class Member:
     outputs: object  # zoo.outputs.RunOutputs: this member's run directory
     stream: object  # its TrainStream (its own seed, its own data order)
     on_eval: object = None  # its sweep trial's pruner hook, or None
+    hydra_cfg: object = None  # its job's Hydra node (None outside a sweep)
     error: Exception | None = None  # why it stopped for good (failed or pruned)
     end: int = 0  # the step it runs to: the run's last, or where early stopping ended it
     train_metrics: dict = field(default_factory=dict)

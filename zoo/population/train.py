@@ -24,7 +24,7 @@ from zoo.population.grouping import check_one_group
 from zoo.population.logs import MemberLogs, member_lines
 from zoo.population.loop import Member, evaluate_members, fit_population
 from zoo.population.program import PopulationProgram, member, stack
-from zoo.preemption import Preempted, stop_on_signals
+from zoo.preemption import preempted, stop_on_signals
 from zoo.state import create_state
 from zoo.steps import make_steps
 from zoo.summary import achieved_gflop_s, count_parameters, report, step_flops
@@ -57,7 +57,8 @@ def check_population_settings(cfg) -> None:
 
 def train_population(cfgs: list, hydra_cfgs: list | None = None) -> list:
     """One outcome per config: its results (as train() returns them, without the state) or the exception that
-    ended that member alone. `hydra_cfgs` are the members' Hydra configs (for their sweep trial's pruner)."""
+    ended that member alone. `hydra_cfgs` are the members' Hydra configs (for their sweep trial's pruner and
+    what a stop tells them to rerun)."""
     hydra_cfgs = hydra_cfgs or [None] * len(cfgs)
     outcomes, valid = [None] * len(cfgs), []
     for i, cfg in enumerate(cfgs):
@@ -85,7 +86,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     if not fits_on_device(train_split, cfg.parallel.device_data_mb):
         size_mb = split_bytes(train_split) / MB
         raise UserError(f"hydra/launcher=population keeps the train split on the device, and dataset="
-                        f"{cfg.dataset.name}'s ({size_mb:.0f} MB) exceeds parallel.device_data_mb="
+                        f"{cfg.dataset.name}'s ({size_mb:.3g} MB) exceeds parallel.device_data_mb="
                         f"{cfg.parallel.device_data_mb}; raise that limit or use hydra/launcher=basic, which "
                         "streams it from the host.")
     devices = member_devices(cfg, devices, len(cfgs), train_split)
@@ -117,7 +118,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                     out.close()
                     logs.close(c.paths.output_dir)
                     continue
-                members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]))))
+                members.append((i, Member(out, streams[i], eval_reporter(c, task, hydra_cfgs[i]), hydra_cfgs[i])))
             except BaseException as e:  # e.g. its run dir holds another run's checkpoints: this member alone fails
                 logs.close(c.paths.output_dir)  # nothing of the group goes into another run's log
                 if out is not None:
@@ -211,7 +212,7 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
             try:
                 if m.outputs.ckpts:
                     m.outputs.ckpts.wait()
-                m.error = Preempted(step, stop.signum, os.path.abspath(m.outputs.cfg.paths.output_dir))
+                m.error = preempted(step, stop.signum, m.outputs.cfg.paths.output_dir, m.hydra_cfg)
             except UserError as e:  # its save at the stop failed: it alone reports that
                 m.error = e
         if all(m.error is not None for m in run):

@@ -4,8 +4,9 @@ Registered under `hydra.callbacks` in conf/train.yaml. The table (summary.csv, s
 every job, so it is current while a sweep runs; the plot (summary.png, a matplotlib figure costing more than the
 table) is drawn at the end. Hydra's basic sweeper raises after a multirun with a failed job and then never calls
 on_multirun_end, so from a job's failure on the plot is redrawn after every job too.
-A job stopped by the sweep's pruner leaves a failure.json with status `pruned`. Jobs a launcher ends back to
-back (a population's members, inside `summary_after_batch()`) get one summary, after the last of them.
+A job stopped by the sweep's pruner leaves a failure.json with status `pruned`; a rerun of the sweep that
+completes a job removes its failure.json. Jobs a launcher ends back to back (a population's members, inside
+`summary_after_batch()`) get one summary, after the last of them.
 """
 import contextlib
 import functools
@@ -77,6 +78,9 @@ class SweepSummary(Callback):
             write_failure(config.hydra.runtime.output_dir, job_return)
             # a pruned trial is routine: sweepers that prune go on and end with on_multirun_end
             self.plot_each_job |= not isinstance(job_return._return_value, TrialPruned)
+        else:  # a stopped job its sweep's rerun has completed: the stop's failure.json no longer holds
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(config.hydra.runtime.output_dir, "failure.json"))
         report_now = functools.partial(self._report_so_far, str(config.hydra.sweep.dir))
         if _batch["open"]:
             _batch["last"] = report_now
