@@ -19,9 +19,14 @@ from zoo.errors import Interrupted, UserError, exit_with
 from zoo.preemption import Preempted, interrupts_remembered
 
 
-def in_multirun() -> bool:
-    """True inside a job of a Hydra multirun (python train.py -m ...)."""
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+def in_multirun(hydra_cfg=None) -> bool:
+    """True inside a job of a Hydra multirun (python train.py -m ...); `hydra_cfg`: that job's Hydra node
+    (default: the current job's)."""
+    if hydra_cfg is None:
+        if not HydraConfig.initialized():
+            return False
+        hydra_cfg = HydraConfig.get()
+    return hydra_cfg.mode == RunMode.MULTIRUN
 
 
 def _full_errors() -> bool:

@@ -23,12 +23,13 @@ def preempted(step: int, signum: int, run_dir: str, hydra_cfg=None) -> Preempted
     """The stop of the run in `run_dir`, whose Hydra node is `hydra_cfg` (default: the current job's, if any): a
     multirun's job is resumed by rerunning its sweep, so its message says that."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
-    if hydra_cfg is None and HydraConfig.initialized():
-        hydra_cfg = HydraConfig.get()
-    in_sweep = hydra_cfg is not None and hydra_cfg.mode == RunMode.MULTIRUN
-    return Preempted(step, signum, os.path.abspath(run_dir), os.path.abspath(hydra_cfg.sweep.dir) if in_sweep else None)
+    from zoo.cli import in_multirun  # zoo.cli imports this module
+
+    if not in_multirun(hydra_cfg):
+        return Preempted(step, signum, os.path.abspath(run_dir))
+    sweep_dir = (hydra_cfg if hydra_cfg is not None else HydraConfig.get()).sweep.dir
+    return Preempted(step, signum, os.path.abspath(run_dir), os.path.abspath(sweep_dir))
 
 
 class StopFlag:

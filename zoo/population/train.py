@@ -6,7 +6,6 @@ eval.py, resume and the sweep summary treat it as the solo run it equals.
 """
 import functools
 import logging
-import os
 import time
 
 import jax
