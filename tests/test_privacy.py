@@ -165,13 +165,11 @@ def test_chunks_that_skip_padding_give_the_one_pass_result(make_cfg, model):
 
 
 def test_chunk_bounds_hold_the_sample_in_few_chunks():
-    assert chunk_bounds(128, 220, -2) == [0, 104, 152, 200, 220]  # convnets on CPU: a first chunk almost always full
-    assert chunk_bounds(128, 220, 2) == [0, 152, 200, 220]  # dense models: the whole sample almost always first
+    assert chunk_bounds(128, 220) == [0, 152, 200, 220]  # the whole sample almost always in the first
     for expected, rows in [(1, 9), (16, 16), (64, 120), (1000, 1200)]:
-        for first_stds in (-2, 2):
-            bounds = chunk_bounds(expected, rows, first_stds)
-            assert bounds[0] == 0 and bounds[-1] == rows and all(a < b for a, b in zip(bounds, bounds[1:]))
-            assert bounds[1] <= max(8, expected) if first_stds < 0 else bounds[1] >= expected
+        bounds = chunk_bounds(expected, rows)
+        assert bounds[0] == 0 and bounds[-1] == rows and all(a < b for a, b in zip(bounds, bounds[1:]))
+        assert bounds[1] >= expected
 
 
 def test_noise_has_the_configured_standard_deviation(make_cfg):

@@ -119,7 +119,7 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     tx = build_optimizer(cfg, total_steps)
     graphdef, host_state = create_state(model, tx, cfg.seed)
     unroll = unrolled_on_cpu(model)
-    gradients = privacy.gradients(model, graphdef, task, mode.axis_name, mode.num_devices, unroll) if privacy else None
+    gradients = privacy.gradients(model, graphdef, task, mode.axis_name, mode.num_devices) if privacy else None
     train_chunk, eval_step, zero_sums = make_steps(graphdef, task, tx, mode.axis_name, unroll=unroll,
                                                    gradients=gradients)
     eval_step = eval_step_for(cfg, eval_step)

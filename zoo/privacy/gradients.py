@@ -4,11 +4,10 @@ per-example gradients (zoo.privacy.ghost); any other model from `jax.vmap(jax.gr
 `optax.per_example_global_norm_clip`.
 
 A Poisson batch's rows beyond the expected batch size are mostly padding. On one device the batch is computed
-in chunks (zoo.privacy.sampling.chunk_bounds) and a chunk without a sampled example is skipped. Dense models
-take one chunk that holds the whole sample but for ~2% of steps (152 of 220 rows for 128 expected): each pass
-has a fixed cost in small operations. Convnets on CPU take smaller chunks, [0, 104, 152, 200, 220]: there XLA's
-convolutions cost more per row in larger batches (measured 1.3x an ordinary step against 1.8x with 152 rows in
-one pass).
+in chunks (zoo.privacy.sampling.chunk_bounds) and a chunk without a sampled example is skipped. The first chunk
+holds the whole sample but for ~2% of steps (152 of 220 rows for 128 expected), and only it is computed
+unconditionally: each pass has a fixed cost in small operations, and inside the `lax.cond` that skips a chunk
+XLA:CPU gives a convolution's input gradient a slower kernel layout (~10x for the CNN's 32->64 conv).
 
 The noisy sum is divided by the *expected* batch size q N, never by the sampled count: the count depends on
 the data, and dividing by it would change the sensitivity the accountant assumes.

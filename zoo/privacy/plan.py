@@ -46,17 +46,14 @@ class PrivacyPlan:
                 "overflow_probability": self.overflow_probability, "target_epsilon": self.target_epsilon,
                 "stopped_by_budget": self.total_steps < self.planned_steps}
 
-    def gradients(self, model: nnx.Module, graphdef, task, axis_name=None, num_devices: int = 1,
-                  small_chunks: bool = False):
+    def gradients(self, model: nnx.Module, graphdef, task, axis_name=None, num_devices: int = 1):
         """The train step's DP-SGD gradient; refuses layers that mix the examples of a batch. On one device it
         skips chunks of padding rows (zoo.privacy.gradients; across devices a chunk would span several of them):
-        one chunk for the whole sample but for 2% of steps, or with `small_chunks` (convnets on CPU) a first
-        chunk the sample almost always fills and more after it."""
+        one chunk for the whole sample but for 2% of steps."""
         if any(isinstance(m, nnx.BatchNorm) for _, m in model.iter_modules()):
             raise UserError("privacy=dpsgd needs per-example gradients, which BatchNorm mixes across the batch; "
                             "set model.batch_norm=false or use a model without BatchNorm.")
-        first_stds = -2 if small_chunks else 2
-        chunks = chunk_bounds(self.stream.batch_size, self.rows, first_stds) if num_devices == 1 else None
+        chunks = chunk_bounds(self.stream.batch_size, self.rows) if num_devices == 1 else None
         return make_private_gradients(graphdef, task, l2_clip=self.l2_clip, noise_multiplier=self.noise_multiplier,
                                       expected_batch_size=self.stream.batch_size, axis_name=axis_name, chunks=chunks)
 

@@ -26,13 +26,12 @@ def max_batch_size(n: int, q: float, steps: int, overflow_probability: float, mu
     return rows, float(min(1.0, steps * stats.binom.sf(rows, n + 1, q)))
 
 
-def chunk_bounds(expected: float, rows: int, first_stds: float) -> list:
-    """Row bounds [0, b1, ..., rows] for a DP step to compute its batch in: a first chunk of about expected +
-    first_stds std rows, then chunks of 4 std, each skipped when it holds no sampled example. With 128 expected
-    in 220 rows: first_stds=-2 (a first chunk a sample almost always fills) gives [0, 104, 152, 200, 220],
-    +2 (one that almost always holds the whole sample) [0, 152, 200, 220]: ~150 rows computed, not 220."""
+def chunk_bounds(expected: float, rows: int) -> list:
+    """Row bounds [0, b1, ..., rows] for a DP step to compute its batch in: a first chunk of about expected + 2
+    std rows, which holds the whole sample on ~98% of steps, then chunks of 4 std, each skipped when it holds no
+    sampled example. With 128 expected in 220 rows: [0, 152, 200, 220], so ~150 rows computed, not 220."""
     std = math.sqrt(expected)
-    first = max(8, round((expected + first_stds * std) / 8) * 8)
+    first = max(8, round((expected + 2 * std) / 8) * 8)
     step = max(8, -(-int(4 * std) // 8) * 8)
     if first >= rows:
         return [0, rows]
