@@ -100,7 +100,10 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
         resident on the device as `rows` {"x", "y"} (N, ...), indices {"idx"} (K, B) gathered here (-1: masked).
 
         `unroll` traces the K steps one after another instead of a loop: XLA:CPU runs convolutions
-        inside a while loop ~15x slower (measured 290 ms vs 18 ms per CNN step). Unrolling costs compile
+        inside a while loop ~15x slower (measured 290 ms vs 18 ms per CNN step). Its pass that puts a
+        convolution into the dimension order of its fast (Eigen) kernel, ConvCanonicalization, visits only the
+        entry computation, so the gradient convolutions in a loop body or a conditional's branch keep JAX's
+        order and run in XLA's generic loops. Unrolling costs compile
         time that grows with K, so the loop stays the choice for everything else. Unrolled padding rows are
         computed and discarded; convnets default to K=1, which never pads.
         """

@@ -7,7 +7,7 @@ A Poisson batch's rows beyond the expected batch size are mostly padding. On one
 in chunks (zoo.privacy.sampling.chunk_bounds) and a chunk without a sampled example is skipped. The first chunk
 holds the whole sample but for ~2% of steps (152 of 220 rows for 128 expected), and only it is computed
 unconditionally: each pass has a fixed cost in small operations, and inside the `lax.cond` that skips a chunk
-XLA:CPU gives a convolution's input gradient a slower kernel layout (~10x for the CNN's 32->64 conv).
+XLA:CPU runs a convolution's input gradient ~10x slower (the CNN's 32->64 conv; zoo.steps, `unroll`, says why).
 
 The noisy sum is divided by the *expected* batch size q N, never by the sampled count: the count depends on
 the data, and dividing by it would change the sensitivity the accountant assumes.
