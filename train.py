@@ -7,14 +7,14 @@ with loading_libraries():  # imports first, without the garbage collector (see z
     from zoo.cli import run_task
     from zoo.config import register_configs
     from zoo.population.launch import trains_populations
-    from zoo.population.train import train_population
+    from zoo.population.train import train_population, trains_alone
     from zoo.train import train
 
 register_configs()
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="train")
-@trains_populations(train_population)  # hydra/launcher=population may train this task's jobs together
+@trains_populations(train_population, trains_alone)  # hydra/launcher=population may train its jobs together
 def main(cfg):
     return run_task(train, cfg)
 

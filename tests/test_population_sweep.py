@@ -89,6 +89,18 @@ def test_a_diverging_member_fails_alone_with_its_reason(data_dir, tmp_path):
     assert not (sweep / "1" / "results.json").exists()
 
 
+def test_convnets_on_cpu_train_job_by_job_and_the_rest_as_populations(data_dir, tmp_path):
+    sweep = tmp_path / "cnn"
+    proc = multirun(data_dir, sweep, "hydra/launcher=population", "model=mlp,cnn", "optimizer.learning_rate=1e-3,3e-3")
+    out = proc.stderr + proc.stdout
+    assert "training jobs #0, #1 as one population" in out  # the MLPs
+    assert "jobs #2, #3 train one after another, as under the basic launcher" in out
+    members = {job: json.loads((sweep / str(job) / "results.json").read_text()).get("population", {}).get("members")
+               for job in range(4)}
+    assert members == {0: 2, 1: 2, 2: None, 3: None}
+    assert {r["status"] for r in summary_rows(sweep)} == {"completed"}
+
+
 def test_pmap_is_refused_before_any_training(data_dir, tmp_path):
     proc = multirun(data_dir, tmp_path / "pmap", "hydra/launcher=population", "seed=0,1", "parallel=pmap",
                     "parallel.cpu_devices=2", check=False)

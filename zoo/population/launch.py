@@ -4,7 +4,8 @@ Jobs of a task function that trains populations (train.py's, see `trains_populat
 zoo.population.grouping; each group of two or more trains as one program, then every job is handed back as
 Hydra's own run_job would run it, with a task function that returns its outcome, so job directories,
 numbering, callbacks (the sweep summary) and return values are those of Hydra's basic launcher. Any other
-task function, and a group of one, runs job by job through run_job itself, exactly like the basic launcher.
+task function, a group of one, and a group the task says trains faster job by job (`trains_alone`: convnets on
+a CPU), runs job by job through run_job itself, exactly like the basic launcher.
 """
 import contextlib
 import copy
@@ -27,10 +28,12 @@ from zoo.sweeps.stop_on_signal import deferred, end_sweep_if_stopped
 log = logging.getLogger(__name__)
 
 
-def trains_populations(train_population):
-    """Marks a Hydra task function whose jobs `train_population(cfgs, hydra_cfgs)` may train together."""
+def trains_populations(train_population, trains_alone=None):
+    """Marks a Hydra task function whose jobs `train_population(cfgs, hydra_cfgs)` may train together;
+    `trains_alone(cfg)` gives a reason why a group of such jobs trains faster job by job, or None."""
     def mark(task_function):
         task_function.train_population = train_population
+        task_function.trains_alone = trains_alone
         return task_function
 
     return mark
@@ -56,6 +59,7 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
 
         prepared = [_prepare(job) for job in jobs]
         groups = group_indices([p.task_cfg for p in prepared], max_size)
+        groups = _apart_where_faster(task_function.trains_alone, groups, prepared, jobs)
         _check_settings([prepared[g[0]].task_cfg for g in groups if len(g) > 1])
     returns = [None] * len(jobs)
     for group in groups:
@@ -71,6 +75,18 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         stopped = [returns[i] for i in group if isinstance(returns[i]._return_value, preemption.Preempted)]
         end_sweep_if_stopped(stopped[0] if stopped else None)
     return returns
+
+
+def _apart_where_faster(trains_alone, groups: list, prepared: list, jobs: list) -> list:
+    """Groups of two or more whose jobs train faster one after another (trains_alone says why) as groups of one."""
+    split = []
+    for group in groups:
+        reason = trains_alone(prepared[group[0]].task_cfg) if trains_alone and len(group) > 1 else None
+        if reason:
+            log.info("jobs %s train one after another, as under the basic launcher: %s",
+                     ", ".join(f"#{jobs[i].hydra.job.num}" for i in group), reason)
+        split.extend([[i] for i in group] if reason else [group])
+    return split
 
 
 def _run(hydra_context, config, task_function, job):
