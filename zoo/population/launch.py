@@ -79,6 +79,9 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
 
 def _apart_where_faster(trains_alone, groups: list, prepared: list, jobs: list) -> list:
     """Groups of two or more whose jobs train faster one after another (trains_alone says why) as groups of one."""
+    from zoo.cli import quiet_libraries
+
+    quiet_libraries()  # trains_alone starts JAX and reads the data: their chatter stays out of the console
     split = []
     for group in groups:
         reason = trains_alone(prepared[group[0]].task_cfg) if trains_alone and len(group) > 1 else None
