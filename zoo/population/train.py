@@ -11,6 +11,7 @@ import time
 import jax
 import numpy as np
 from flax import nnx
+from omegaconf import OmegaConf
 
 from zoo.config import validate
 from zoo.data import TrainStream
@@ -63,12 +64,24 @@ def trains_alone(cfg) -> str | None:
     if jax.default_backend() != "cpu":
         return None
     try:
-        model = nnx.eval_shape(lambda: build_model(cfg, load_dataset_once(cfg.dataset, cfg.paths.data_dir)))
+        model = nnx.eval_shape(lambda: build_model(cfg, _group_dataset(cfg)))
     except Exception:  # noqa: BLE001 — the jobs themselves report what fails, as they would in a population
         return None
     if unrolled_on_cpu(model):
         return "on a CPU, vmapped convolutions are slower than each trial's own"
     return None
+
+
+_last_dataset = {}  # (dataset settings, data dir) -> Dataset: the latest group's only
+
+
+def _group_dataset(cfg):
+    """The dataset of a group: the launcher's trains_alone check and the group's training read it once."""
+    key = (OmegaConf.to_yaml(cfg.dataset), cfg.paths.data_dir)
+    if key not in _last_dataset:
+        _last_dataset.clear()
+        _last_dataset[key] = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
+    return _last_dataset[key]
 
 
 def train_population(cfgs: list, hydra_cfgs: list | None = None) -> list:
@@ -97,7 +110,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     check_population_settings(cfg)
     devices = select_devices(cfg.parallel, cfg.distributed)
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
-    data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
+    data = _group_dataset(cfg)
     task, train_split = TASKS[data.task], data.splits["train"]
     if not fits_on_device(train_split, cfg.parallel.device_data_mb):
         size_mb = split_bytes(train_split) / MB
