@@ -32,6 +32,19 @@ def test_the_child_draws_the_figure_the_run_would(drawer, tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_a_redrawn_figure_is_the_one_a_new_figure_draws(tmp_path):
+    """plot_curves redraws one figure per thread: nothing of the runs drawn before may show in the next."""
+    regression = [{"step": s, "split": "train", "loss": 3e5 / s, "r2": 0.1 * s} for s in (100, 200)] + \
+                 [{"step": 200, "split": split, "loss": 2e4, "r2": 0.3} for split in ("validation", "test")]
+    only_train = [{"step": s, "split": "train", "loss": s / 7, "accuracy": 0.5} for s in (1, 2, 3, 4)]
+    for i, (history, metric) in enumerate([(regression, "r2"), (HISTORY, "accuracy"), (only_train, "accuracy"),
+                                           (regression, "r2")]):
+        curves.plot_curves(history, metric, str(tmp_path / f"redrawn{i}.png"))
+        curves.CurvesFigure().draw(history, metric, str(tmp_path / f"new{i}.png"))
+        redrawn, new = (matplotlib.image.imread(tmp_path / f"{n}{i}.png") for n in ("redrawn", "new"))
+        np.testing.assert_array_equal(redrawn, new)
+
+
 def test_a_child_that_exited_is_started_again(drawer, tmp_path):
     drawer.draw(HISTORY, "accuracy", str(tmp_path / "a.png"))
     first = drawer._proc
