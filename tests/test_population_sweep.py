@@ -37,6 +37,10 @@ def test_jobs_are_grouped_by_structure_and_split_at_max_size(grouped_sweep):
         assert re.findall(r"\] - run directory: (.*)", log) == [str(sweep / str(job))]
         assert log.count("test: loss=") == 1
     assert members == {0: 3, 1: 3, 2: 3, 3: None, 4: 3, 5: 3, 6: 3, 7: None}  # the ones left over run solo
+    # on the console, members' lines look as the solo jobs' do (hydra.job_logging), not tagged as the launcher's
+    out = proc.stderr + proc.stdout
+    assert len(re.findall(r"\]\[zoo\]\[INFO\] - test: loss=", out)) == 8 and "[HYDRA] test:" not in out
+    assert re.search(r"\]\[zoo\]\[INFO\] - population step \d+:", out)
     rows = summary_rows(sweep)
     assert len(rows) == 8 and {r["status"] for r in rows} == {"completed"}
     # a population's jobs end together: one summary after its last job, not one after each

@@ -159,11 +159,29 @@ def _train_group(trainer, prepared: list) -> list:
         (hydra_dir / "config.yaml").write_text(p.config_yaml, encoding="utf-8")
         _save_config(p.hydra_cfg, "hydra.yaml", hydra_dir)
         _save_config(p.job.hydra.overrides.task, "overrides.yaml", hydra_dir)
+    if prepared:
+        _console_as_in_a_job(prepared[0].job)
     try:
         with preemption.interrupts_remembered():  # a Ctrl-C Python drops while compiling still stops the group
             return trainer([p.task_cfg for p in prepared], [p.job.hydra for p in prepared])
     except Exception as e:  # noqa: BLE001 — what ends the group ends each of its jobs, as a solo run's would
         return [e] * len(prepared)
+
+
+def _console_as_in_a_job(job) -> None:
+    """While a group trains, the console shows the zoo's lines as a job's logging would (hydra.job_logging: by
+    default `[time][zoo][INFO] - ...`), not under the launcher's `[HYDRA]` tag. Its file handlers are left out:
+    each member's log file is MemberLogs' (zoo.population.logs), not the first member's."""
+    logging_cfg = OmegaConf.select(job, "hydra.job_logging")
+    conf = OmegaConf.to_container(logging_cfg, resolve=True) if logging_cfg else None
+    if not conf or conf.get("root") is None:  # no job logging configured: the console stays as it is
+        return
+    files = [name for name, handler in (conf.get("handlers") or {}).items() if "filename" in (handler or {})]
+    for name in files:
+        del conf["handlers"][name]
+    for logger in [conf["root"], *(conf.get("loggers") or {}).values()]:
+        logger["handlers"] = [h for h in logger.get("handlers") or [] if h not in files]
+    configure_log(OmegaConf.create(conf), OmegaConf.select(job, "hydra.verbose", default=False))
 
 
 def _hand_back_job(hydra_context, task_function, p: PreparedJob) -> JobReturn:
