@@ -44,8 +44,10 @@ def test_jobs_are_grouped_by_structure_and_split_at_max_size(grouped_sweep):
     rows = summary_rows(sweep)
     assert len(rows) == 8 and {r["status"] for r in rows} == {"completed"}
     # a population's jobs end together: one summary after its last job, not one after each
-    so_far = [int(n) for n in re.findall(r"sweep so far: (\d+) jobs", proc.stderr + proc.stdout)]
-    assert so_far == [3, 4, 7, 8]
+    so_far = [int(n) for n in re.findall(r"\]\[zoo\.sweeps\.summary_callback\]\[INFO\] - sweep so far: (\d+) jobs",
+                                         out)]
+    assert so_far == [3, 4, 7, 8] and "[HYDRA] sweep so far" not in out  # logged as the solo jobs' are
+    assert re.search(r"\]\[HYDRA\] training jobs #4, #5, #6 as one population", out)  # the launcher's own, after
 
 
 def test_a_members_hydra_folder_is_what_run_job_writes_for_a_solo_job(grouped_sweep):
@@ -120,6 +122,7 @@ def test_optuna_batches_train_as_one_program_each(data_dir, tmp_path):
                     "hydra.sweeper.params={optimizer.learning_rate:'tag(log, interval(1e-4, 1e-2))'}")
     out = proc.stderr + proc.stdout
     assert "training jobs #0, #1 as one population" in out and "training jobs #2, #3 as one population" in out
+    assert "][HYDRA] Best value " in out  # the sweeper's own line, logged as the launcher left it: not as a job's
     trials = study_trials(sweep, "pop")
     assert [t.state.name for t in trials] == ["COMPLETE"] * 4
     for t in trials:

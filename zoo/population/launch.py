@@ -68,10 +68,11 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
             continue
         log.info("training jobs %s as one population", ", ".join(f"#{jobs[i].hydra.job.num}" for i in group))
         outcomes = _train_group(trainer, [prepared[i] for i in group])
+        # the group's summary is logged under its last job's logging, as the basic launcher logs each job's
         with _ending_together():
             for hand_back, i in zip(_hand_backs(outcomes), group):
                 returns[i] = _hand_back_job(hydra_context, hand_back, prepared[i])
-                configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
         stopped = [returns[i] for i in group if isinstance(returns[i]._return_value, preemption.Preempted)]
         end_sweep_if_stopped(stopped[0] if stopped else None)
     return returns
