@@ -134,3 +134,37 @@ def test_compositions_outside_a_sweeps_jobs_are_hydras_own():
     first, second = (loader.load_configuration("train", ["seed=1"], RunMode.RUN) for _ in range(2))
     assert not loader.kept_defaults and not loader.merged
     assert OmegaConf.to_yaml(first) == OmegaConf.to_yaml(second)
+
+
+def test_a_sweeps_jobs_read_the_primary_config_once(monkeypatch):
+    """Hydra reads train.yaml for every job only to look for hydra.searchpath; the kept trees need it no more."""
+    jobs = [["seed=1"], ["seed=2"], ["seed=3", "optimizer.learning_rate=3e-3"]]
+    fresh, master = sweep_loader()
+    expected = [OmegaConf.to_yaml(fresh.load_sweep_config(master, job)) for job in jobs]
+    loader, master = sweep_loader()
+    reuse_defaults(loader)
+    files = next(type(s) for s in loader.repository.get_sources() if s.scheme() == "file")  # Hydra's plugin scan
+    reads, read = [], files.load_config  # may have imported its module again: the class the loader uses
+    monkeypatch.setattr(files, "load_config", lambda self, config_path: reads.append(config_path) or
+                        read(self, config_path))
+    assert [OmegaConf.to_yaml(loader.load_sweep_config(master, job)) for job in jobs] == expected
+    assert reads.count("train") == 1  # the first job's composition; Hydra's own reads it for each job
+
+
+def test_a_primary_config_with_a_search_path_composes_what_hydra_composes(tmp_path):
+    conf, extra = tmp_path / "conf", tmp_path / "extra"
+    shutil.copytree(CONF, conf)
+    (extra / "model").mkdir(parents=True)
+    (extra / "model" / "narrow.yaml").write_text((CONF / "model" / "mlp.yaml").read_text().replace(
+        "hidden: [256, 256]", "hidden: [8]"))
+    train = (conf / "train.yaml").read_text()
+    assert "\nhydra:\n" in train
+    (conf / "train.yaml").write_text(train.replace("\nhydra:\n", f"\nhydra:\n  searchpath: [file://{extra}]\n"))
+    jobs = [["model=narrow", "seed=1"], ["model=narrow", "seed=2"], ["seed=3"], ["model=narrow", "seed=4"]]
+    fresh, master = sweep_loader(conf)
+    expected = [OmegaConf.to_yaml(fresh.load_sweep_config(master, job)) for job in jobs]
+    reusing, master = sweep_loader(conf)
+    reuse_defaults(reusing)
+    composed = [reusing.load_sweep_config(master, job) for job in jobs]
+    assert [OmegaConf.to_yaml(c) for c in composed] == expected
+    assert list(composed[3].model.hidden) == [8] and list(composed[2].model.hidden) != [8]
