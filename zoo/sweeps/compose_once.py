@@ -108,9 +108,7 @@ def _searchpath_once(process, plain: dict):
     def process_config_searchpath(config_name, parsed_overrides, repo):
         if not _composing_a_sweeps_job() or any(o.get_key_element() == "hydra.searchpath" for o in parsed_overrides):
             return process(config_name, parsed_overrides, repo)
-        sources = repo.get_sources()
-        key = (config_name, tuple((s.provider, s.path) for s in sources),
-               _files(s.path for s in sources if s.scheme() == "file"))
+        key = (config_name, _sources_key(repo))
         if key in plain:
             return None
         process(config_name, parsed_overrides, repo)
@@ -137,9 +135,7 @@ def _reusing_defaults_lists(create):
             values = {id(o) for o in Overrides(repo=repo, overrides_list=overrides_list).config_overrides}
         except Exception:  # noqa: BLE001 — the real call below raises what the user must see
             return create(repo, config_name, overrides_list, prepend_hydra, skip_missing)
-        sources = repo.get_sources()
-        key = (config_name, prepend_hydra, skip_missing, tuple((s.provider, s.path) for s in sources),
-               _files(s.path for s in sources if s.scheme() == "file"),
+        key = (config_name, prepend_hydra, skip_missing, _sources_key(repo),
                tuple(o.input_line for o in overrides_list if id(o) not in values or o.key_or_group.startswith("hydra.")))
         kept = trees.get(key)
         if kept is None:
@@ -152,6 +148,12 @@ def _reusing_defaults_lists(create):
 
     create_defaults_list.zoo_reuse = True
     return create_defaults_list
+
+
+def _sources_key(repo) -> tuple:
+    """The repository's config sources, and the size and modification time of every file in its directories."""
+    sources = repo.get_sources()
+    return tuple((s.provider, s.path) for s in sources), _files(s.path for s in sources if s.scheme() == "file")
 
 
 def _files(roots) -> tuple:
