@@ -97,6 +97,7 @@ def _keeping(trees: dict, load, master_config, sweep_overrides):
 
 
 def _composing_a_sweeps_job() -> bool:
+    """A module function, like _keeping: a launcher that pickles the loader (submitit) then pickles no ContextVar."""
     return _kept.get() is not None
 
 
