@@ -125,7 +125,7 @@ def run_benchmark(args) -> dict:
 
     from zoo.data import load_dataset
 
-    started, load_start = time.perf_counter(), os.getloadavg()
+    started, started_at, load_start = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S"), os.getloadavg()
     backend, device_count = accelerator()
     rows = []
     with tempfile.TemporaryDirectory(prefix="zoo_bench_population_") as scratch:
@@ -142,7 +142,7 @@ def run_benchmark(args) -> dict:
             "rounds": args.rounds, "backend": backend, "devices": [backend] * device_count,
             "cpu_count": os.cpu_count(), "jax": jax.__version__, "flax": flax.__version__,
             "load_avg_at_start": load_start, "load_avg_at_end": os.getloadavg(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "spread": "IQR (25th-75th percentile) over rounds",
+            "started": started_at, "spread": "IQR (25th-75th percentile) over rounds",
             "wall_s": round(time.perf_counter() - started, 1)}
     return {"meta": meta, "rows": rows}
 
