@@ -74,6 +74,17 @@ def test_checking_a_target_imports_no_module(monkeypatch):
     assert "zoo.bench.__main__" not in sys.modules
 
 
+def test_checking_a_target_runs_no_lazy_import(monkeypatch):
+    """tensorflow_datasets loads its submodules on attribute access (a module __getattr__): a path through it
+    is judged without loading one."""
+    import zoo.data.sources  # noqa: F401 — the module that holds `tfds`
+
+    monkeypatch.delitem(sys.modules, "tensorflow_datasets.testing", raising=False)
+    with pytest.raises(UserError, match=r"it names nothing in the zoo's models or optax"):
+        check_targets(OmegaConf.create({"model": {"_target_": "zoo.data.sources.tfds.testing.TestCase"}}))
+    assert "tensorflow_datasets.testing" not in sys.modules
+
+
 def test_checkpoint_best_reads_the_saved_config_as_the_rest_of_eval_does(make_cfg, tmp_path):
     """The metric the best checkpoint is picked by comes from the saved config with this version's defaults for
     settings added since, and a damaged value there is one sentence."""

@@ -39,9 +39,10 @@ def _is_zoo_model(obj) -> bool:
 
 
 def _resolve_loaded(target: str):
-    """What the dotted path names, looked up in modules already imported. Resolving imports nothing: a module's
-    import-time code (a `__main__`, say) never runs because a config named it. Every allowed object lives in
-    zoo.models or in optax's public modules, which are imported here."""
+    """What the dotted path names, looked up in modules already imported. Resolving runs no code: each step
+    reads a module's own namespace, so neither an import (a `__main__`, say) nor a lazy module's `__getattr__`
+    (tensorflow_datasets loads its submodules that way) runs because a config named it. Every allowed object
+    lives in zoo.models or in optax's public modules, which are imported here."""
     import optax  # noqa: F401
     import zoo.models  # noqa: F401
 
@@ -50,9 +51,11 @@ def _resolve_loaded(target: str):
         obj = sys.modules.get(".".join(parts[:i]))
         if obj is not None:
             for name in parts[i:]:
-                obj = getattr(obj, name)
+                if not inspect.ismodule(obj) or name not in vars(obj):
+                    raise LookupError(target)  # a class's attributes are never a model or optax's public object
+                obj = vars(obj)[name]
             return obj
-    raise AttributeError(target)
+    raise LookupError(target)
 
 
 def _refusal(target) -> str | None:
@@ -61,7 +64,7 @@ def _refusal(target) -> str | None:
         return f"only targets under {', '.join(SEARCHED_PACKAGES)} can be instantiated"
     try:
         obj = _resolve_loaded(target)
-    except AttributeError:
+    except LookupError:
         return "it names nothing in the zoo's models or optax"
     # Of the zoo's own objects only its models: any other zoo function (one that writes or deletes files, say)
     # would run with whatever arguments a tampered config gives it.
