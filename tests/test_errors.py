@@ -315,6 +315,16 @@ def test_a_finished_run_without_checkpoints_is_not_overwritten(make_cfg, tmp_pat
     assert (tmp_path / "run" / "results.json").read_text() == results
 
 
+def test_an_unfinished_run_is_not_started_over_without_checkpointing(make_cfg, tmp_path):
+    train(make_cfg("debug=smoke"))
+    (tmp_path / "run" / "results.json").unlink()  # stopped before its end: checkpoints, no results
+    logged = (tmp_path / "run" / "metrics.jsonl").read_text()
+    with pytest.raises(UserError, match=r"hydra\.run\.dir=.*/run holds the checkpoints of an unfinished run, which "
+                                        r"checkpoint\.enabled=false would start over; set checkpoint\.enabled=true"):
+        train(make_cfg("debug=smoke", "checkpoint.enabled=false"))
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == logged
+
+
 def test_a_finished_run_whose_checkpoints_are_gone_is_not_trained_again(make_cfg, tmp_path):
     train(make_cfg("debug=smoke"))
     results = (tmp_path / "run" / "results.json").read_text()

@@ -107,6 +107,10 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     if ckpts is None and os.path.exists(results_path):
         raise UserError(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
                         "choose a new hydra.run.dir.")
+    if ckpts is None and _has_entries(os.path.join(out_dir, "checkpoints")):  # a stopped run: its log too
+        raise UserError(f"hydra.run.dir={out_dir} holds the checkpoints of an unfinished run, which "
+                        "checkpoint.enabled=false would start over; set checkpoint.enabled=true to resume it or "
+                        "choose a new hydra.run.dir.")
     target = {"state": host_state, "sums": zero_sums}
     early = early_stopping_for(cfg, settings)
     try:
@@ -240,3 +244,10 @@ def _result_value(name: str, results: dict) -> float:
     if not np.isfinite(value):  # a sweeper given NaN would end the whole sweep; raising fails this trial only
         raise NonFiniteLoss(f"the objective {name} is {value}; lower optimizer.learning_rate or set trainer.clip_norm.")
     return value
+
+
+def _has_entries(directory: str) -> bool:
+    try:
+        return bool(os.listdir(directory))
+    except OSError:  # none there
+        return False
