@@ -107,6 +107,22 @@ def test_convnets_on_cpu_train_job_by_job_and_the_rest_as_populations(data_dir, 
     assert {r["status"] for r in summary_rows(sweep)} == {"completed"}
 
 
+def test_jobs_given_one_directory_run_one_after_another_as_under_the_basic_launcher(data_dir, tmp_path):
+    """A hydra.sweep.subdir without the job number: the second job finds the first's finished run and is refused,
+    as the basic launcher refuses it, instead of both training into one directory at once."""
+    runs = {}
+    for launcher in ("basic", "population"):
+        sweep = tmp_path / launcher
+        proc = multirun(data_dir, sweep, f"hydra/launcher={launcher}", "seed=0,1", "hydra.sweep.subdir=same",
+                        check=False)
+        assert proc.returncode == 1 and "one population" not in proc.stderr + proc.stdout
+        failure = json.loads((sweep / "same" / "failure.json").read_text())
+        assert "already holds a finished run trained with other settings: seed (0 -> 1)" in failure["reason"]
+        runs[launcher] = [{k: v for k, v in json.loads(line).items() if k != "examples_per_s"}
+                          for line in (sweep / "same" / "metrics.jsonl").read_text().splitlines()]
+    assert runs["population"] == runs["basic"]  # seed 0's run alone, logged once
+
+
 def test_pmap_is_refused_before_any_training(data_dir, tmp_path):
     proc = multirun(data_dir, tmp_path / "pmap", "hydra/launcher=population", "seed=0,1", "parallel=pmap",
                     "parallel.cpu_devices=2", check=False)

@@ -58,7 +58,7 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         from zoo.population.grouping import group_indices
 
         prepared = [_prepare(job) for job in jobs]
-        groups = group_indices([p.task_cfg for p in prepared], max_size)
+        groups = _one_dir_each(group_indices([p.task_cfg for p in prepared], max_size), prepared)
         groups = _apart_where_faster(task_function.trains_alone, groups, prepared, jobs)
         _check_settings([prepared[g[0]].task_cfg for g in groups if len(g) > 1])
     returns = [None] * len(jobs)
@@ -76,6 +76,20 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         stopped = [returns[i] for i in group if isinstance(returns[i]._return_value, preemption.Preempted)]
         end_sweep_if_stopped(stopped[0] if stopped else None)
     return returns
+
+
+def _one_dir_each(groups: list, prepared: list) -> list:
+    """Jobs given one directory (a hydra.sweep.subdir without ${hydra.job.num}) never train together: each
+    after the first runs on its own after the group, as the basic launcher runs it, and finds the run before."""
+    split = []
+    for group in groups:
+        dirs, together, after = set(), [], []
+        for i in group:
+            output_dir = prepared[i].job.hydra.runtime.output_dir
+            (after if output_dir in dirs else together).append(i)
+            dirs.add(output_dir)
+        split += [together] + [[i] for i in after]
+    return split
 
 
 def _apart_where_faster(trains_alone, groups: list, prepared: list, jobs: list) -> list:
