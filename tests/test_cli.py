@@ -86,6 +86,76 @@ def test_only_a_refusal_before_the_run_opened_its_outputs_puts_the_record_back(t
         assert record.read_text() == kept
 
 
+@pytest.mark.parametrize("ending, code", [(KeyboardInterrupt(), 130), (OSError(28, "No space left", "x"), 1),
+                                          (RuntimeError("a bug"), None)], ids=["ctrl-c", "full-disk", "unexpected"])
+def test_whatever_ends_a_command_before_the_run_opened_its_outputs_puts_the_record_back(tmp_path, monkeypatch,
+                                                                                         ending, code):
+    """e.g. Ctrl-C while a finished run's directory is built again with other settings, before it is refused."""
+    from omegaconf import OmegaConf
+
+    import zoo.cli
+    from zoo import run_record
+
+    def hard_exit(status):
+        raise SystemExit(status)
+
+    def task(cfg):
+        raise ending
+
+    monkeypatch.setattr(zoo.cli, "_hard_exit", hard_exit)
+    record = tmp_path / "run" / ".hydra" / "config.yaml"
+    record.parent.mkdir(parents=True)
+    record.write_text("the finished run's")
+    run_record.remember(str(tmp_path / "run"), ".hydra")
+    record.write_text("this command's")
+    with pytest.raises(SystemExit if code else RuntimeError) as ended:
+        zoo.cli.run_task(task, OmegaConf.create({"paths": {"output_dir": str(tmp_path / "run")}}))
+    assert getattr(ended.value, "code", None) == code
+    assert record.read_text() == "the finished run's"
+
+
+@pytest.mark.parametrize("script", ["eval.py", "export.py"])
+def test_eval_and_export_refuse_a_training_runs_directory_as_their_own(data_dir, tmp_path, script):
+    run_dir = tmp_path / "run"
+    assert run(["debug=smoke", f"hydra.run.dir={run_dir}"], data_dir).returncode == 0
+    before = {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()}
+    refused = run([f"run_dir={run_dir}", f"hydra.run.dir={run_dir}"], data_dir, script=script)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: hydra.run.dir={run_dir} holds a training run, whose .hydra/ record this command would replace; "
+        "leave hydra.run.dir unset or choose a directory without a run.\n")
+    assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()} == before
+
+
+def test_a_run_directory_in_use_by_another_command_is_refused(tmp_path, capsys):
+    """Two commands started in the same second get the same default directory: the second is refused. The lock
+    is taken on another open file here, as another process would hold it."""
+    import fcntl
+
+    from omegaconf import OmegaConf
+
+    from zoo.cli import RunDirCheck
+
+    def config(run_dir, distributed="none"):
+        return OmegaConf.create({"hydra": {"run": {"dir": str(run_dir)}, "output_subdir": ".hydra"},
+                                 "distributed": {"mode": distributed}})
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    other = os.open(busy, os.O_RDONLY)
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the command already running there
+    with pytest.raises(SystemExit) as exit_:
+        RunDirCheck().on_run_start(config(busy))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"error: hydra.run.dir={busy} is in use by another command running now "
+                                       "(commands started in the same second share the default one); choose "
+                                       "another hydra.run.dir.\n")
+    RunDirCheck().on_run_start(config(busy, distributed="explicit"))  # a multi-process run's processes share it
+    os.close(other)
+    RunDirCheck().on_run_start(config(busy))  # free again
+    with pytest.raises(BlockingIOError):  # and now held by this command
+        fcntl.flock(os.open(busy, os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def test_a_run_that_resumed_and_then_failed_keeps_the_record_of_its_own_command(data_dir, tmp_path):
     run_dir, base = tmp_path / "run", ["debug=smoke", "optimizer=sgd", f"hydra.run.dir={tmp_path / 'run'}"]
     assert run([*base, "trainer.max_steps=4"], data_dir).returncode == 0

@@ -4,6 +4,7 @@ Exit codes: 0 done, 1 Hydra refused the command line (its own message) or an une
 setting to change (zoo.errors.UserError), 128+N stopped by signal N (130: Ctrl-C). docs/errors.md lists them all.
 `HYDRA_FULL_ERROR=1` shows the traceback behind any of them (exit 1 then).
 """
+import fcntl
 import logging
 import os
 import sys
@@ -51,19 +52,35 @@ def check_writable(path: str, setting: str) -> None:
 
 class RunDirCheck(Callback):
     """Hydra creates the run directory before the task starts and reports a failure as a traceback; this
-    callback (conf: hydra.callbacks.run_dir_check) checks it first and exits with one sentence instead. It also
-    keeps the .hydra/ files a run directory already holds, for a refused command to put back."""
+    callback (conf: hydra.callbacks.run_dir_check) checks it first and exits with one sentence instead. It holds
+    the directory for the command (two commands started in the same second get the same default one), refuses a
+    training run's directory to a command that only reads runs (`reads_runs`: eval.py, export.py; Hydra would
+    replace that run's .hydra/ record with the command's), and keeps the .hydra/ files a run directory already
+    holds, for a refused command to put back."""
+
+    def __init__(self, reads_runs: bool = False):
+        self.reads_runs = reads_runs
 
     def on_run_start(self, config, **kwargs) -> None:
         # ${now:...} is a cached resolver on this very config object, so Hydra then uses the same directory.
-        _exit_if_unwritable(config.hydra.run.dir, "hydra.run.dir")
-        run_record.remember(str(config.hydra.run.dir), config.hydra.output_subdir)
+        run_dir = str(config.hydra.run.dir)
+        _exit_if_unwritable(run_dir, "hydra.run.dir")
+        if self.reads_runs and holds_training_run(run_dir):
+            exit_with(UserError(f"hydra.run.dir={run_dir} holds a training run, whose .hydra/ record this command "
+                                "would replace; leave hydra.run.dir unset or choose a directory without a run."))
+        _exit_if_in_use(run_dir, "hydra.run.dir", config)
+        run_record.remember(run_dir, config.hydra.output_subdir)
 
     def on_multirun_start(self, config, **kwargs) -> None:
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
+        _exit_if_in_use(sweep, "hydra.sweep.dir", config)
         for job in os.listdir(sweep):  # a rerun in the same sweep dir: its jobs' dirs
             run_record.remember(os.path.join(sweep, job), config.hydra.output_subdir)
+
+
+def holds_training_run(path: str) -> bool:
+    return any(os.path.exists(os.path.join(path, name)) for name in ("checkpoints", "results.json"))
 
 
 def _exit_if_unwritable(path: str, setting: str) -> None:
@@ -71,6 +88,28 @@ def _exit_if_unwritable(path: str, setting: str) -> None:
         check_writable(path, setting)
     except UserError as e:
         exit_with(e)
+
+
+_held = {}  # directory -> the open descriptor whose lock holds it until this process ends
+
+
+def _exit_if_in_use(path: str, setting: str, config) -> None:
+    """Lock the directory for this process, or exit: another command running now writes into it. The processes
+    of a multi-process run (distributed != none) share their directory, so they take no lock."""
+    path = os.path.abspath(path)
+    if path in _held or OmegaConf.select(config, "distributed.mode", default="none") != "none":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        exit_with(UserError(f"{setting}={path} is in use by another command running now (commands started in the "
+                            f"same second share the default one); choose another {setting}."))
+    except OSError:  # a file system without locks: nothing to hold
+        os.close(fd)
+        return
+    _held[path] = fd
 
 
 def quiet_libraries() -> None:
@@ -81,27 +120,34 @@ def quiet_libraries() -> None:
 def run_task(fn, cfg):
     """Call fn(cfg); return its objective for sweepers. In a sweep an error fails only this trial."""
     quiet_libraries()
+    output_dir = OmegaConf.select(cfg, "paths.output_dir")  # train only; eval checks its run_dir itself
     try:
-        output_dir = OmegaConf.select(cfg, "paths.output_dir")  # train only; eval checks its run_dir itself
         if output_dir:
             check_writable(output_dir, "paths.output_dir")
         with interrupts_remembered():
             return fn(cfg).get("objective")
-    except UserError as e:
-        run_record.restore(OmegaConf.select(cfg, "paths.output_dir"))  # refused before it opened its outputs
-        if in_multirun() or (_full_errors() and not isinstance(e, (Interrupted, Preempted))):  # stops keep their codes
-            if isinstance(e, Interrupted):
-                raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial
-            raise  # a sweep's trial fails alone; with HYDRA_FULL_ERROR=1 Hydra prints the traceback
-        _exit(str(e), e.exit_code, hard=isinstance(e, Interrupted))
-    except KeyboardInterrupt:  # outside the train loop (which saves on the first Ctrl-C) or a second Ctrl-C
-        if in_multirun() or _full_errors():
-            raise
-        _exit("interrupted by Ctrl-C; checkpoints already written are kept and the same command resumes "
-              "from the newest one.", 130, hard=True)
-    except OSError as e:  # the file system refused a write the checks above could not foresee
-        if in_multirun() or _full_errors() or not e.filename:
-            raise
+    except BaseException as e:
+        # ended before the run opened its outputs (refused, stopped, a failed write): the directory keeps the
+        # .hydra/ record it had; once opened, the record is the run's own and this puts nothing back
+        run_record.restore(output_dir)
+        _exit_if_the_users(e)
+        raise
+
+
+def _exit_if_the_users(e: BaseException) -> None:
+    """One sentence and an exit code for what ended the task, where the user acts on it; otherwise returns, and
+    the caller raises it on: a sweep's trial fails alone, HYDRA_FULL_ERROR=1 shows the traceback."""
+    multirun, full = in_multirun(), _full_errors()
+    if isinstance(e, UserError):
+        if multirun and isinstance(e, Interrupted):
+            raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial
+        if not multirun and not (full and not isinstance(e, (Interrupted, Preempted))):  # stops keep their codes
+            _exit(str(e), e.exit_code, hard=isinstance(e, Interrupted))
+    elif isinstance(e, KeyboardInterrupt):  # outside the train loop (which saves on the first Ctrl-C) or a second
+        if not (multirun or full):
+            _exit("interrupted by Ctrl-C; checkpoints already written are kept and the same command resumes "
+                  "from the newest one.", 130, hard=True)
+    elif isinstance(e, OSError) and e.filename and not (multirun or full):  # a write the checks could not foresee
         _exit(f"{e.strerror or e}: {e.filename}; free space there or choose another hydra.run.dir / "
               "paths.data_dir.", 1)
 
