@@ -39,8 +39,11 @@ def test_round_trip_of_the_full_state(make_cfg, tmp_path):
     ckpts = Checkpoints(str(tmp_path / "ckpt"))
     ckpts.save(7, tree, {"step": 7, "config": {}})
     ckpts.wait()
-    zeros = jax.tree.map(np.zeros_like, tree)  # a restore that handed back its target would compare unequal
-    restored, meta = Checkpoints(str(tmp_path / "ckpt"), read_only=True).restore(7, zeros)
+    # every leaf of the target differs from the saved one (a fresh state's moments and sums are zeros): a restore
+    # that handed back its target, or any part of it, would compare unequal
+    other = jax.tree.map(lambda x: np.asarray(x) + np.ones_like(x), tree)
+    assert not any(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(other), jax.tree.leaves(tree)))
+    restored, meta = Checkpoints(str(tmp_path / "ckpt"), read_only=True).restore(7, other)
     assert meta["step"] == 7 and leaves_equal(restored, tree)
     assert jax.tree.structure(restored) == jax.tree.structure(tree)
     assert len(jax.tree.leaves(restored["state"].model_state)) == 4  # BatchNorm mean/var of both convs

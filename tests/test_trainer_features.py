@@ -96,11 +96,11 @@ def test_min_delta_decides_what_counts_as_an_improvement():
 def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, tmp_path):
     results = train(make_cfg(*STOPPING))
     assert results["steps"] == 6
-    assert results["early_stopping"] == {"best": results["early_stopping"]["best"], "best_step": 2, "bad_evals": 2,
-                                         "stopped_step": 6, "best_checkpoint_step": 2}
     logged = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert max(r["step"] for r in logged) == 6
     at_2 = next(r for r in logged if r["split"] == "test" and r["step"] == 2)
+    assert results["early_stopping"] == {"best": at_2["loss"], "best_step": 2, "bad_evals": 2, "stopped_step": 6,
+                                         "best_checkpoint_step": 2}
     assert results["test"] == {k: v for k, v in at_2.items() if k not in ("step", "split")}
     evaluated = evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="eval"))  # checkpoint=final
     assert (evaluated["step"], evaluated["metrics"]) == (2, results["test"])  # what results.json reports
