@@ -19,7 +19,7 @@ from zoo.errors import UserError
 from zoo.sweeps import trial_link
 from zoo.sweeps.config import GridSamplerConfig, MedianPrunerConfig, TPESamplerConfig
 from zoo.sweeps import optuna_sweeper
-from zoo.sweeps.optuna_sweeper import OptunaSweep
+from zoo.sweeps.optuna_sweeper import OptunaSweep, objective_directions
 from zoo.tasks import TASKS
 
 PARAMS = {"optimizer.learning_rate": "tag(log, interval(1e-4, 1e-1))", "trainer.batch_size": "choice(16, 32, 64)",
@@ -84,6 +84,16 @@ def test_grid_covers_the_basic_sweepers_grid_and_finds_the_same_best(tmp_path):
     basic_best = max(score(dict(o.split("=", 1) for o in t)) for t in basic_trials)
     assert study.best_value == basic_best
     assert OmegaConf.load(tmp_path / "optimization_results.yaml").best_value == basic_best
+
+
+def test_a_grid_walks_a_float_range_as_hydras_range_yields_it(tmp_path):
+    launcher = RecordingLauncher(objective=lambda params: float(params["model.dropout"]))
+    grid = {"model.dropout": "range(0.0, 0.3, 0.1)", "trainer.batch_size": "choice(16, 32)"}
+    make_sweep(tmp_path, launcher, sampler=GridSamplerConfig(seed=0), params=grid, n_trials=50).sweep([])
+    basic = BasicSweeper.split_arguments(
+        OverridesParser.create().parse_overrides(["model.dropout=range(0.0,0.3,0.1)", "trainer.batch_size=16,32"]),
+        None)
+    assert sorted(trial_params(launcher)) == sorted(tuple(o) for batch in basic for o in batch)  # 6 points
 
 
 def test_a_seeded_tpe_sweep_repeats_itself_and_another_seed_differs(tmp_path):
@@ -257,6 +267,34 @@ def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, sett
     settings = {k: OmegaConf.structured(v) if k in ("sampler", "pruner") else v for k, v in settings.items()}
     with pytest.raises(UserError, match=message):
         make_sweep(tmp_path, RecordingLauncher(), **settings).sweep([])
+
+
+@pytest.mark.parametrize("metric, given, directions", [
+    ("validation/accuracy", None, ["maximize"]),
+    ("validation/loss", None, ["minimize"]),  # e.g. a preset's metric overridden: its direction follows
+    (None, None, ["minimize"]),  # the default objective of a regression run with a validation split: its loss
+    (["validation/accuracy", "wall_time_s"], None, ["maximize", "minimize"]),
+    (["validation/r2", "examples_per_s"], ["maximize", "maximize"], ["maximize", "maximize"]),
+    ("validation/accuracy", ["minimize"], r"hydra\.sweeper\.direction=minimize would rank the worst "
+                                          r"validation/accuracy best; set maximize or leave hydra\.sweeper\.direction "
+                                          r"unset \(it follows optimized_metric\)\."),
+    (["validation/accuracy", "wall_time_s"], ["maximize"], r"hydra\.sweeper\.direction gives 1 direction\(s\) for "
+                                                           r"the 2 objective\(s\) validation/accuracy, wall_time_s; "
+                                                           r"give one for each"),
+])
+def test_the_study_directions_follow_the_objectives_the_runs_return(metric, given, directions):
+    config = OmegaConf.create({"optimized_metric": metric, "dataset": {"task": "regression",
+                                                                       "validation_fraction": 0.2}})
+    if isinstance(directions, str):
+        with pytest.raises(UserError, match=directions):
+            objective_directions(config, given)
+    else:
+        assert objective_directions(config, given) == directions
+
+
+def test_a_task_that_is_not_the_zoos_training_gets_optunas_default_direction():
+    assert objective_directions(OmegaConf.create({"x": 1}), None) == ["minimize"]
+    assert objective_directions(OmegaConf.create({"x": 1}), ["maximize"]) == ["maximize"]
 
 
 def test_hydra_discovers_the_sweeper_and_composes_its_groups():

@@ -221,8 +221,9 @@ def test_the_dashboard_shows_the_study(pruned_sweep):
 def test_a_multi_objective_sweep_reports_its_pareto_front(data_dir, tmp_path):
     sweep = tmp_path / "pareto"
     proc = multirun(data_dir, sweep, "hparams_search=digits_mlp", "hydra.sweeper.n_trials=4",
-                    "optimized_metric=[validation/accuracy,wall_time_s]", "hydra.sweeper.direction=[maximize,minimize]")
+                    "optimized_metric=[validation/accuracy,wall_time_s]")  # directions follow the metrics
     study = optuna_study(sweep, "digits_mlp")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
     front = {t.user_attrs["run_dir"] for t in study.best_trials}
     rows = summary_rows(sweep)

@@ -97,7 +97,7 @@ class ZooOptunaSweeperConfig:
     # _self_ first: the chosen sampler and pruner options fill in the fields below instead of being reset by them
     defaults: List[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}, {"pruner": None}])
     sampler: Any = None  # any optuna.samplers class by _target_; the groups above set the usual ones
-    direction: Any = "minimize"  # or a list, one per objective, for a multi-objective study
+    direction: Any = None  # minimize | maximize, or a list, one per objective; null: follows optimized_metric
     directions: Optional[List[str]] = None  # the same list under Optuna's name; wins over `direction`
     storage: Optional[str] = None  # sqlite:///<path>.db keeps the study: rerunning continues it
     study_name: Optional[str] = None

@@ -43,13 +43,39 @@ def build_optuna_object(node, module_name: str, base_name: str, setting: str):
     return safe_instantiate(node, setting, refusal)
 
 
-def directions_of(direction, directions) -> list:
+def directions_of(direction, directions) -> list | None:
+    """The directions set (None: none set, they follow the objective, see objective_directions)."""
     chosen = directions if directions is not None else direction
+    if chosen is None:
+        return None
     values = list(chosen) if isinstance(chosen, (list, tuple, ListConfig)) else [chosen]
     names = [str(getattr(d, "name", d)).lower() for d in values]
     if not names or any(n not in DIRECTIONS for n in names):
         raise UserError(f"hydra.sweeper.direction must be minimize, maximize or a list of them, got {chosen}.")
     return names
+
+
+def objective_directions(config: DictConfig, given: list | None) -> list:
+    """The study's directions. For the zoo's training (its config has optimized_metric) they follow the
+    objectives it returns (maximize accuracy and r2, minimize losses and wall time); directions set must come one
+    per objective and agree with them. Any other task gets what is set, or Optuna's default, minimize."""
+    if "optimized_metric" not in config:
+        return given or ["minimize"]
+    from zoo.config import METRIC_MODES, default_objective, direction_of
+
+    metric = config.optimized_metric
+    names = [str(n) for n in metric] if isinstance(metric, ListConfig) else [str(metric or default_objective(config))]
+    wanted = [direction_of(n) for n in names]
+    if given is None:
+        return wanted
+    if len(given) != len(names):
+        raise UserError(f"hydra.sweeper.direction gives {len(given)} direction(s) for the {len(names)} objective(s) "
+                        f"{', '.join(names)}; give one for each, or leave it unset to follow them.")
+    for name, set_, right in zip(names, given, wanted):
+        if set_ != right and name.rpartition("/")[2] in METRIC_MODES:
+            raise UserError(f"hydra.sweeper.direction={set_} would rank the worst {name} best; set {right} or leave "
+                            "hydra.sweeper.direction unset (it follows optimized_metric).")
+    return given
 
 
 class OptunaSweep:
@@ -59,9 +85,6 @@ class OptunaSweep:
         if not (n_trials > 0 and n_jobs > 0 and 0.0 <= max_failure_rate <= 1.0):
             raise UserError("hydra.sweeper.n_trials and hydra.sweeper.n_jobs must be positive and "
                             f"hydra.sweeper.max_failure_rate in [0, 1], got {n_trials}, {n_jobs}, {max_failure_rate}.")
-        if pruner is not None and len(self.directions) > 1:
-            raise UserError("Optuna cannot prune a multi-objective study; drop hydra/sweeper/pruner or use one "
-                            "direction.")
         self.sampler_cfg, self.pruner_cfg, self.params = sampler, pruner, params
         self.storage, self.study_name = storage, study_name
         self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
@@ -98,6 +121,10 @@ class OptunaSweep:
         """Run this command's trials; returns the study."""
         import optuna
 
+        self.directions = objective_directions(self.config, self.directions)
+        if self.pruner_cfg is not None and len(self.directions) > 1:
+            raise UserError("Optuna cannot prune a multi-objective study; drop hydra/sweeper/pruner or use one "
+                            "direction.")
         space = parse_search_space(self.params, arguments)
         is_grid = "GridSampler" in str(self.sampler_cfg.get("_target_", ""))
         grid = space.grid() if is_grid else {}

@@ -30,6 +30,9 @@ class SearchSpace:
                 grid[key] = list(d.choices)
             elif isinstance(d, IntDistribution):
                 grid[key] = list(range(d.low, d.high + 1, d.step))
+            elif d.step is not None:  # a float range(...): its values, as Hydra's range yields them
+                steps = round((d.high - d.low) / d.step)
+                grid[key] = [float(f"{d.low + i * d.step:.12g}") for i in range(steps + 1)]
             else:
                 raise UserError(f"hydra.sweeper.params.{key} is a continuous interval, which a grid cannot walk; "
                                 "use choice(...) or range(...) with hydra/sweeper/sampler=grid.")
