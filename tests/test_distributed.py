@@ -21,17 +21,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_equal_one(data_dir, make_cfg, tmp_path):
-    one = train(make_cfg(*ARGS, "parallel.cpu_devices=4", out="one"))
-    run_dir, port = tmp_path / "two", free_port()
+def two_processes(script: str, args: list, data_dir) -> list:
+    """`script` run as processes 0 and 1 of one jax.distributed group; their outputs, once both exited 0."""
+    port = free_port()
     procs = [subprocess.Popen(
-        [sys.executable, "train.py", *ARGS, "parallel.cpu_devices=2", "distributed=explicit",
+        [sys.executable, script, *args, "parallel.cpu_devices=2", "distributed=explicit",
          f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
-         f"distributed.process_id={i}", f"hydra.run.dir={run_dir}"],
+         f"distributed.process_id={i}"],
         cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(2)]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    return outputs
+
+
+def test_two_processes_equal_one(data_dir, make_cfg, tmp_path):
+    one = train(make_cfg(*ARGS, "parallel.cpu_devices=4", out="one"))
+    run_dir = tmp_path / "two"
+    two_processes("train.py", [*ARGS, f"hydra.run.dir={run_dir}"], data_dir)
     two = json.loads((run_dir / "results.json").read_text())
     assert two["devices"] == 4 and two["test"]["count"] == one["test"]["count"] == 359
     np.testing.assert_allclose(two["test"]["loss"], one["test"]["loss"], rtol=1e-5)
@@ -40,3 +47,9 @@ def test_two_processes_equal_one(data_dir, make_cfg, tmp_path):
     # only process 0 wrote: one record per event, not two
     assert len(losses(run_dir)) == 2  # steps 4 and 6
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["3", "6"]
+    # export.py of that run from two processes: both compute, process 0 alone writes the export and says so
+    outputs = two_processes("export.py", [f"run_dir={run_dir}", "parallel=sharded", f"hydra.run.dir={tmp_path}/x"],
+                            data_dir)
+    assert [sum("exported step 6 to" in line for line in out.splitlines()) for out in outputs] == [1, 0]
+    assert sorted(p.name for p in (run_dir / "export").iterdir()) == ["model.jax", "signature.json"]
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".export")]  # no staging left behind

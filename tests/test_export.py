@@ -19,7 +19,7 @@ from zoo.ema import with_averaged_params
 from zoo.errors import UserError
 from zoo.evaluate import evaluate
 from zoo.export.artifact import export, write_directory
-from zoo.export.predict import predict
+from zoo.export.predict import load_export, predict
 from zoo.train import build, build_model, train
 
 
@@ -174,19 +174,26 @@ EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one
     ("x.npy", np.full((2, 8, 8, 1), "a"), r"has dtype <U1; the model takes integers or floats of shape " + EXPECTED),
     ("x.npy", np.full((2, 8, 8, 1), None), r"cannot be read as numbers \(.*allow_pickle=False.*\); it must hold "),
     ("x.npy", np.full((2, 8, 8, 1), np.nan), r"holds NaN or infinite values"),
+    ("x.npy", np.full((2, 8, 8, 1), 1e39), r"holds NaN or infinite values, or values beyond float32's range "
+                                           r"\(±3\.4e\+38\)"),
+    ("x.npy", "an npz archive", r"cannot be read as numbers \(it is an \.npz archive of several arrays; save one "
+                                r"array with np\.save\)"),
     ("x.csv", "1,2,3\n4,5,6\n", r"has shape \(2, 3\); the model expects " + EXPECTED),
     ("x.csv", "1," * 63 + "one\n", r"cannot be read as numbers \(.*one.*\); it must hold " + EXPECTED),
     ("x.csv", "", r"holds no examples; the model expects " + EXPECTED),
     ("x.txt", "1\n", r"must be a \.npy or \.csv file of shape " + EXPECTED),
     ("missing.npy", None, r"does not exist; pass a \.npy or \.csv file of shape " + EXPECTED),
     ("folder.npy", "a directory", r"is not a file; pass a \.npy or \.csv file of shape " + EXPECTED),
-], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "csv-columns", "csv-text", "csv-empty",
+], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "npy-overflow", "npy-npz", "csv-columns", "csv-text", "csv-empty",
         "extension", "missing", "directory"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
                                                                       name, content, message):
     path, output = tmp_path / name, tmp_path / "p.csv"
     if isinstance(content, str) and content == "a directory":
         path.mkdir()
+    elif isinstance(content, str) and content == "an npz archive":
+        with open(path, "wb") as f:  # np.savez under an .npy name
+            np.savez(f, x=np.zeros((2, 8, 8, 1)), y=np.zeros(2))
     elif isinstance(content, str):
         path.write_text(content)
     elif content is not None:
@@ -258,7 +265,7 @@ def test_export_checks_targets_first_and_keeps_the_previous_export_on_failure(ma
         export(make_cfg(f"run_dir={run_dir}", "+checkpont=best", config_name="export"))
 
 
-def test_an_export_for_cpu_and_cuda_runs_here(make_cfg, exported_run, tmp_path):
+def test_an_export_for_cpu_and_cuda_runs_here(make_cfg, exported_run, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     shutil.copytree(exported_run[0], run_dir)
     export(make_cfg(f"run_dir={run_dir}", "checkpoint=best", "platforms=[cpu,cuda]", config_name="export"))
@@ -266,3 +273,9 @@ def test_an_export_for_cpu_and_cuda_runs_here(make_cfg, exported_run, tmp_path):
     assert both.platforms == ("cpu", "cuda")
     x = raw_inputs(exported_run[1], 7)
     np.testing.assert_array_equal(both.call(x)["logits"], cpu_only.call(x)["logits"])
+    # on an NVIDIA GPU JAX's backend is 'gpu' and an export's platform 'cuda': predict.py takes the export there
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax.export, "default_export_platform", lambda: "cuda")
+    assert load_export(str(run_dir))[0].platforms == ("cpu", "cuda")
+    with pytest.raises(UserError, match=r"runs on \['cpu'\], not on this cuda; export it again with platforms=\[cuda\]"):
+        load_export(str(exported_run[0]))

@@ -18,6 +18,7 @@ from zoo.ema import with_averaged_params
 from zoo.evaluate import restore_run
 from zoo.export.inference import INPUT_DTYPE, export_function, inference_function, output_names
 from zoo.loop import evaluate as eval_loop, metric_summary
+from zoo.parallel.distributed import is_primary
 from zoo.train import build_model
 
 log = logging.getLogger("zoo")
@@ -99,7 +100,8 @@ def export(cfg: DictConfig) -> dict:
     test_metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, *run.eval_sets["test"])
     signature = signature_of(exported, run.data, step, test_metrics, meta["config"])
     out_dir = os.path.join(cfg.run_dir, "export")
-    write_directory(out_dir, {"model.jax": bytes(exported.serialize()),
-                               "signature.json": json.dumps(signature, indent=2).encode()})
-    print(f"exported step {step} to {out_dir} (model.jax, signature.json); test: {metric_summary(test_metrics)}")
+    if is_primary():  # with distributed=explicit|auto every process computes the metrics; one writes
+        write_directory(out_dir, {"model.jax": bytes(exported.serialize()),
+                                   "signature.json": json.dumps(signature, indent=2).encode()})
+        print(f"exported step {step} to {out_dir} (model.jax, signature.json); test: {metric_summary(test_metrics)}")
     return {"step": step, "path": out_dir, "signature": signature, "objective": None}

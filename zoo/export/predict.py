@@ -48,9 +48,10 @@ def load_export(run_dir: str):
     except Exception as e:  # noqa: BLE001 — a damaged artifact fails in the reader or deserializer in many ways
         raise UserError(f"run_dir={run_dir} has no readable export ({type(e).__name__}: {e}); run "
                         f"`python export.py run_dir={run_dir}` first.") from None
-    if jax.default_backend() not in exported.platforms:
+    platform = jax.export.default_export_platform()  # as exports name it: 'cuda', where the backend says 'gpu'
+    if platform not in exported.platforms:
         raise UserError(f"the export in {directory} runs on {list(exported.platforms)}, not on this "
-                        f"{jax.default_backend()}; export it again with platforms=[{jax.default_backend()}].")
+                        f"{platform}; export it again with platforms=[{platform}].")
     return exported, signature
 
 
@@ -80,6 +81,9 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
     try:
         if kind == ".npy":
             x = np.load(path, allow_pickle=False)  # never unpickle: object arrays are refused here
+            if not isinstance(x, np.ndarray):  # np.load reads an .npz archive whatever the file is called
+                x.close()
+                raise ValueError("it is an .npz archive of several arrays; save one array with np.save")
         else:
             with warnings.catch_warnings():  # an empty file is reported below, by its shape
                 warnings.simplefilter("ignore")
@@ -97,9 +101,12 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
         raise UserError(f"input={path} holds no examples; the model expects {_expected(shape)}.")
     if x.ndim != len(shape) + 1 or tuple(x.shape[1:]) != tuple(shape):
         raise UserError(f"input={path} has shape {x.shape}; the model expects {_expected(shape)}.")
+    with np.errstate(over="ignore"):  # a value beyond float32's range becomes inf, refused below
+        x = x.astype(np.float32)
     if not np.isfinite(x).all():
-        raise UserError(f"input={path} holds NaN or infinite values; the model expects finite numbers.")
-    return x.astype(np.float32)
+        raise UserError(f"input={path} holds NaN or infinite values, or values beyond float32's range "
+                        f"(±{np.finfo(np.float32).max:.3g}); the model expects finite numbers.")
+    return x
 
 
 def run_exported(exported, x: np.ndarray, batch_size: int) -> dict:
