@@ -222,6 +222,18 @@ def test_target_epsilon_solves_the_noise_and_a_fixed_noise_stops_at_the_budget(m
     assert capped.epsilon(capped.total_steps) <= 2.0 < capped.epsilon(capped.total_steps + 1)
 
 
+def test_a_budget_that_ends_the_run_ends_it_on_an_update(make_cfg):
+    """With trainer.accumulate=2 a run stopped by its budget after an odd step would pay for a micro-batch it never
+    applies: it stops one step earlier."""
+    cfg = make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=1.0", "privacy.target_epsilon=2.2",
+                   "privacy.accountant=rdp", "trainer.batch_size=32")
+    split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
+    alone = plan_privacy(cfg, split, 200, 1).total_steps
+    assert alone % 2 == 1 and alone < 200  # the budget's own length is odd here
+    cfg.trainer.accumulate = 2
+    assert plan_privacy(cfg, split, 200, 1).total_steps == alone - 1
+
+
 def test_poisson_batches_follow_the_step_and_the_rate(make_cfg):
     cfg = make_cfg("debug=smoke", *DP)
     split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
@@ -233,6 +245,8 @@ def test_poisson_batches_follow_the_step_and_the_rate(make_cfg):
         assert all(np.array_equal(whole[k][i], one[k][0]) for k in whole)
     masks = stream.chunk(0, 400)["mask"]
     assert masks.shape == (400, stream.rows) and set(np.unique(masks)) == {0.0, 1.0}
+    padded = stream.chunk(10, 3, pad_to=5)["mask"]  # steps the call skips are marked as such, not as empty samples
+    assert np.array_equal(padded[:3], whole["mask"]) and (padded[3:] == -1).all()
     counts = masks.sum(1)  # Binomial(1438, 16/1438): mean 16, std ~4
     assert abs(counts.mean() - 16) < 4 * 4 / math.sqrt(400) and 3 < counts.std() < 5
     inclusions = np.bincount(np.concatenate([stream.sample(s) for s in range(400)]), minlength=len(split))
@@ -240,6 +254,21 @@ def test_poisson_batches_follow_the_step_and_the_rate(make_cfg):
     assert abs(inclusions.mean() - 400 * stream.q) < 4 * math.sqrt(400 * stream.q / len(split))
     assert 0.9 < inclusions.std() / math.sqrt(400 * stream.q * (1 - stream.q)) < 1.1
     assert not np.array_equal(stream.sample(0), type(stream)(split, 16, cfg.seed + 1, stream.rows).sample(0))
+
+
+def test_a_step_whose_poisson_sample_is_empty_still_runs(make_cfg, tmp_path):
+    """At an expected batch of 1 about a third of the steps sample no example: each is still a step (its update
+    the noise alone, as the accountant counts it), and an interval of only such steps logs no train row."""
+    cfg = make_cfg("debug=smoke", *DP, "trainer.batch_size=1", "trainer.max_steps=20", "trainer.log_every=1",
+                   "trainer.checkpoint_every=0")
+    split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
+    sampled = [len(plan_privacy(cfg, split, 20, 1).stream.sample(s)) for s in range(20)]
+    assert 0 in sampled and sum(n > 0 for n in sampled) > 5
+    results = train(cfg)
+    assert int(results["state"].step) == results["privacy"]["steps"] == 20
+    logged = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert [r["step"] for r in logged if r["split"] == "train"] == [s + 1 for s, n in enumerate(sampled) if n]
+    assert [r["count"] for r in logged if r["split"] == "train"] == [n for n in sampled if n]
 
 
 @pytest.mark.parametrize("mode", [["parallel.mode=pmap", "parallel.cpu_devices=2"],

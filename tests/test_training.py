@@ -13,6 +13,7 @@ import pytest
 import zoo.steps
 import zoo.train
 from zoo.data.feed import fold_mask
+from zoo.data.pipeline import PADDING_STEP
 from zoo.models.layers import draw_masks
 from zoo.steps import PackedSums
 from zoo.train import build, train
@@ -157,7 +158,7 @@ def test_rows_skipped_before_a_step_take_none_of_its_dropout_masks(make_cfg, mon
         run = build(make_cfg("debug=smoke", "model=mlp", "model.dropout=0.3", out=f"skip-{predraw_bytes}"))
         compiled, mode = run.compiled, run.compiled.mode
         idx, mask = run.stream.indices(0, 4)
-        mask[[0, 2]] = 0  # rows 0 and 2 skipped: rows 1 and 3 run as steps 0 and 1
+        mask[[0, 2]] = PADDING_STEP  # rows 0 and 2 skipped: rows 1 and 3 run as steps 0 and 1
         state, _ = compiled.train(mode.put_state(jax.tree.map(np.array, run.host_state)),
                                   compiled.put_sums(compiled.zero_sums), mode.put_chunk({"idx": fold_mask(idx, mask)}),
                                   run.feed.rows)
@@ -170,7 +171,7 @@ def test_rows_skipped_before_a_step_take_none_of_its_dropout_masks(make_cfg, mon
 
 @pytest.mark.parametrize("members", [False, True])
 def test_skipped_rows_are_no_steps_wherever_they_lie(make_cfg, monkeypatch, members):
-    """A masked row (a call's padding, or a population member waiting) is no step: a call with skipped rows
+    """A padding step (a call's padding, or a population member waiting) is no step: a call with skipped rows
     before, between and after its active ones leaves exactly the state and sums of a call of the active rows
     alone. `members`: the loop a population's vmapped program runs (all K iterations, the skipped last)."""
     monkeypatch.setattr(zoo.train, "make_steps", functools.partial(zoo.train.make_steps, members=members))
@@ -184,7 +185,7 @@ def test_skipped_rows_are_no_steps_wherever_they_lie(make_cfg, monkeypatch, memb
         return jax.device_get(state), compiled.get_sums(sums)
 
     idx, mask = run.stream.indices(0, 5)
-    mask[[0, 2, 4]] = 0
+    mask[[0, 2, 4]] = PADDING_STEP
     (skipping, skipping_sums), (dense, dense_sums) = call(idx, mask), call(idx[[1, 3]], mask[[1, 3]])
     assert int(skipping.step) == int(dense.step) == 2
     assert leaves_equal(skipping, dense) and leaves_equal(skipping_sums, dense_sums)

@@ -133,15 +133,16 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
         upcoming = call_args(step) if step < total_steps else None
         eval_metrics = None
         if step % log_every == 0 or step == total_steps:
-            train_metrics = compiled.task.metrics(compiled.get_sums(acc))  # the routine host sync
-            check_finite(train_metrics, step, last_finite, feed.position(step - 1) if each_step else None)
-            last_finite = train_metrics["loss"]
+            interval = compiled.task.metrics(compiled.get_sums(acc))  # the routine host sync
             acc = zeros
-            now = time.perf_counter()
-            examples_per_s = (step - last_logged) * feed.batch_size / max(now - t_log, 1e-9)
-            logger.log(step, "train", {**train_metrics, "examples_per_s": examples_per_s})
-            logger.progress(step, train_metrics["loss"], examples_per_s)
-            t_log, last_logged = now, step
+            if interval["count"]:  # none under DP-SGD when every sample of the interval was empty: no row
+                check_finite(interval, step, last_finite, feed.position(step - 1) if each_step else None)
+                train_metrics, last_finite = interval, interval["loss"]
+                now = time.perf_counter()
+                examples_per_s = (step - last_logged) * feed.batch_size / max(now - t_log, 1e-9)
+                logger.log(step, "train", {**train_metrics, "examples_per_s": examples_per_s})
+                logger.progress(step, train_metrics["loss"], examples_per_s)
+                t_log, last_logged = now, step
         if eval_every and step % eval_every == 0 and step < total_steps:
             batches, count = eval_sets[periodic_split]
             eval_metrics = evaluate(compiled.state(leaves), compiled, batches, count)

@@ -9,6 +9,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from zoo.data.feed import PADDING_ROW
+from zoo.data.pipeline import PADDING_STEP
 from zoo.models.layers import DropoutDraws, draw_masks, replays_dropout, replaying, set_dropout_rate
 from zoo.rng import step_key
 
@@ -107,11 +109,15 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
         time that grows with K, so the loop stays the choice for everything else. Unrolled padding rows are
         computed and discarded; convnets default to K=1, which never pads.
         """
-        if rows:  # -1 marks a masked row (zoo.data.feed.fold_mask); it gathers row 0, which the mask zeroes
+        if rows:  # masked and padding rows (zoo.data.feed.fold_mask) gather row 0, which their mask zeroes
             idx = batches["idx"]
             take = jnp.maximum(idx, 0)
-            batches = {"x": rows["x"][take], "y": rows["y"][take], "mask": (idx >= 0).astype(jnp.float32)}
-        active = reduce(jnp.any(batches["mask"] > 0, axis=1).astype(jnp.int32)) > 0  # (K,), same on every device
+            mask = jnp.where(idx >= 0, 1.0, jnp.where(idx == PADDING_ROW, PADDING_STEP, 0.0))
+            batches = {"x": rows["x"][take], "y": rows["y"][take], "mask": mask}
+        # a step runs unless the call pads with it (zoo.data.pipeline.PADDING_STEP): a DP-SGD step whose Poisson
+        # sample holds no example runs too, its update the noise alone
+        active = reduce(jnp.any(batches["mask"] >= 0, axis=1).astype(jnp.int32)) > 0  # (K,), same on every device
+        batches = {**batches, "mask": jnp.maximum(batches["mask"], 0.0)}
         if unroll:
             for i in range(active.shape[0]):
                 state, acc = step_or_skip((state, acc), jax.tree.map(lambda x: x[i], batches), active[i], hyper)

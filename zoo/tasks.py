@@ -29,11 +29,15 @@ def regression_sums(predictions, targets, mask) -> dict:
 
 def classification_metrics(sums: dict) -> dict:
     n = float(sums["count"])
+    if n == 0:  # DP-SGD steps whose Poisson samples held no example: nothing to average
+        return {"loss": float("nan"), "accuracy": float("nan"), "count": 0}
     return {"loss": float(sums["loss_sum"]) / n, "accuracy": float(sums["correct"]) / n, "count": int(n)}
 
 
 def regression_metrics(sums: dict) -> dict:
     n = float(sums["count"])
+    if n == 0:  # as above
+        return {"loss": float("nan"), "mse": float("nan"), "mae": float("nan"), "r2": float("nan"), "count": 0}
     y_sum, y_sq = np.asarray(sums["y_sum"], np.float64), np.asarray(sums["y_sq_sum"], np.float64)
     sse = float(sums["loss_sum"])
     sst = float(np.sum(y_sq - y_sum**2 / n))

@@ -10,10 +10,14 @@ import numpy as np
 MB = 2**20
 
 
+MASKED_ROW, PADDING_ROW = -1, -2  # folded indices of a masked row and of a padding step's row
+
+
 def fold_mask(idx: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Indices and a 0/1 mask as one array for the device: -1 marks a masked row (zoo.steps.train_chunk
-    unfolds it). One array crosses to the device instead of two: ~3 us of a linear model's 34 us one-step call."""
-    return np.where(mask > 0, idx, -1).astype(np.int32)
+    """Indices and a mask (1, 0 or PADDING_STEP, see zoo.data.pipeline) as one array for the device: MASKED_ROW
+    marks a masked row, PADDING_ROW a row of a padding step (zoo.steps.train_chunk unfolds them). One array
+    crosses to the device instead of two: ~3 us of a linear model's 34 us one-step call."""
+    return np.where(mask > 0, idx, np.where(mask < 0, PADDING_ROW, MASKED_ROW)).astype(np.int32)
 
 
 def split_bytes(split) -> int:

@@ -103,6 +103,11 @@ def build_dataset(cfg, arrays: dict) -> Dataset:
     return Dataset(splits, cfg.task, tuple(x_train.shape[1:]), int(out_features), norm_x, y_scaler)
 
 
+# A train chunk's mask, per row: 1 an example, 0 a masked row of a step that runs (a DP-SGD step's Poisson sample
+# may hold none: it still runs, its update the noise alone), PADDING_STEP every row of a step the call skips.
+PADDING_STEP = -1.0
+
+
 class IndexedStream:
     """What every train stream shares: a step's place in its epoch, and batches gathered by its `indices`."""
 
@@ -135,8 +140,8 @@ class TrainStream(IndexedStream):
     def indices(self, step: int, k: int, pad_to: int | None = None) -> tuple:
         """Example indices (k, B) int32 of the batches of steps [step, step + k) and their mask (k, B).
 
-        `pad_to` appends copies of the last batch with mask 0 up to that many rows: the train step skips
-        them, so a call of fewer steps keeps the compiled shape."""
+        `pad_to` appends copies of the last batch up to that many rows, marked as padding steps (mask
+        PADDING_STEP): the train step skips them, so a call of fewer steps keeps the compiled shape."""
         rows, b, done = max(pad_to or k, k), self.batch_size, 0
         idx = np.empty((rows, b), np.int32)
         while done < k:  # one slice per epoch touched
@@ -145,7 +150,7 @@ class TrainStream(IndexedStream):
             idx[done:done + m] = self._order_for(epoch)[i * b:(i + m) * b].reshape(m, b)
             done += m
         idx[k:] = idx[k - 1]
-        mask = np.zeros((rows, b), np.float32)
+        mask = np.full((rows, b), PADDING_STEP, np.float32)
         mask[:k] = 1.0
         return idx, mask
 

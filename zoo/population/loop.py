@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
+from zoo.data.pipeline import PADDING_STEP
 from zoo.errors import UserError
 from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, check_finite, next_boundary,
                       call_length, log_period, metric_summary)
@@ -94,16 +95,17 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
 
 
 def _member_rows(members, step: int, k: int, chunk_size: int, padded: int):
-    """Indices (N, K, B) and masks: a member's rows are masked outside its running steps (padding too)."""
+    """Indices (N, K, B) and masks: a member's steps outside its running ones are padding steps, which the call
+    skips for it, as are all of the frozen copies'."""
     idx, mask = [], []
     for m in members:
         i, w = m.stream.indices(step, k, pad_to=chunk_size)
-        running = np.array([m.running_at(s) for s in range(step, step + chunk_size)], np.float32)
+        running = np.array([m.running_at(s) for s in range(step, step + chunk_size)])
         idx.append(i)
-        mask.append(w * running[:, None])
+        mask.append(np.where(running[:, None], w, PADDING_STEP))  # its steps outside its run are skipped
     for _ in range(padded - len(members)):  # frozen copies that only even out the shards
         idx.append(idx[0])
-        mask.append(np.zeros_like(mask[0]))
+        mask.append(np.full_like(mask[0], PADDING_STEP))
     return np.stack(idx).astype(np.int32), np.stack(mask)
 
 

@@ -74,6 +74,11 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     total_steps = planned_steps
     if p.noise_multiplier is not None and p.target_epsilon is not None:
         total_steps = acc.steps_within(q, sigma, planned_steps, p.target_epsilon, accountant_delta, p.accountant)
+        total_steps -= total_steps % cfg.trainer.accumulate  # it ends on an update, as zoo.optim.check_run_length asks
+        if total_steps == 0:
+            raise UserError(f"privacy.target_epsilon={p.target_epsilon} is spent before the first of "
+                            f"trainer.accumulate={cfg.trainer.accumulate} micro-batches completes an update; raise "
+                            "privacy.target_epsilon or privacy.noise_multiplier.")
     eps = acc.epsilon(q, sigma, total_steps, accountant_delta, p.accountant)
     # Truncation adds (1 + e^eps) p to delta (zoo.privacy.sampling); rows keep that within OVERFLOW_SHARE of it.
     charge = 1 + math.exp(eps) if eps <= MEANINGLESS_EPSILON else 1.0

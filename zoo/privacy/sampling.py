@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from zoo.data.pipeline import IndexedStream
+from zoo.data.pipeline import PADDING_STEP, IndexedStream
 
 SAMPLING_STREAM = 0x5A3D  # seeds (seed, stream, step): apart from the epoch shuffles seeded (seed, epoch)
 
@@ -58,9 +58,11 @@ class PoissonStream(IndexedStream):
 
     def indices(self, step: int, k: int, pad_to: int | None = None) -> tuple:
         """Example indices (k, rows) and mask (k, rows) of steps [step, step + k); `pad_to` appends
-        all-padding steps up to that many, as TrainStream.indices does."""
+        padding steps up to that many, as TrainStream.indices does. A step that sampled no example is not padding:
+        its mask is all 0, and it runs."""
         idx = np.zeros((max(pad_to or k, k), self.rows), np.int32)
-        mask = np.zeros(idx.shape, np.float32)
+        mask = np.full(idx.shape, PADDING_STEP, np.float32)
+        mask[:k] = 0.0
         for i in range(k):
             chosen = self.sample(step + i)
             idx[i, :len(chosen)], mask[i, :len(chosen)] = chosen, 1.0
