@@ -116,3 +116,20 @@ def test_damaged_copy_is_never_used(diabetes, decodes, damage):
     assert decodes == [1, 1, 1, 1] and same(first, again)
     sources.read_splits(cfg, data_dir)  # written whole again: the next read maps it
     assert decodes == [1, 1, 1, 1]
+
+
+def test_a_copy_interrupted_while_written_leaves_nothing_behind(tmp_path, monkeypatch):
+    arrays = {"train": (np.zeros((4, 3), np.float32), np.zeros(4, np.int64))}
+    writes = []
+
+    def save_then_stop(path, array, allow_pickle):  # Ctrl-C arrives after the first array is written
+        writes.append(path)
+        if len(writes) > 1:
+            raise KeyboardInterrupt
+        with open(path, "wb") as f:
+            np.lib.format.write_array(f, array, allow_pickle=allow_pickle)
+
+    monkeypatch.setattr(decoded.np, "save", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        decoded.save(str(tmp_path), {"source": "s"}, arrays)
+    assert len(writes) == 2 and list(tmp_path.iterdir()) == []

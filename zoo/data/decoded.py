@@ -91,3 +91,6 @@ def save(prepared_dir: str, key: dict, arrays: dict) -> None:
     except OSError as e:  # full disk, or another process renamed its copy first: either way nothing half-kept
         log.info("no decoded copy of %s (%s); the next run decodes the records again", prepared_dir, e)
         shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:  # Ctrl-C or a stop signal while writing: the unfinished copy goes too
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
