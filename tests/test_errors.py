@@ -101,7 +101,7 @@ BAD_VALUES = [
                              r"'count'\] or null\."),
     ("schedule=warmup_cosine", r"schedule\.warmup_steps=50 must be smaller than the run's 6 steps"),
     ("schedule=warmup_cosine schedule.warmup_steps=-5", r"schedule\.warmup_steps must be an integer >= 0, got -5\."),
-    ("seed=-1", r"seed must be an integer >= 0, got -1\."),
+    ("seed=-1", r"seed must be an integer >= 0, got seed=-1\."),
     ("optimizer.weight_decay=-0.1", r"optimizer\.weight_decay must be >= 0, got -0\.1\."),
     ("optimizer=sgd optimizer.momentum=1.0", r"optimizer\.momentum must be in \[0, 1\), got 1\.0\."),
     ("optimizer._target_=builtins.eval", r"optimizer names _target_='builtins\.eval', which is not allowed; only "

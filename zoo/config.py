@@ -253,7 +253,7 @@ def validate(cfg: DictConfig) -> None:
     _require(c.keep_best >= 0, f"checkpoint.keep_best must be >= 0, got {c.keep_best}.")
     _require(c.mode in (None, "max", "min"), f"checkpoint.mode must be max, min or null, got {c.mode!r}.")
     _require(t.nan_check in ("log", "step"), f"trainer.nan_check must be 'log' or 'step', got {t.nan_check!r}.")
-    _require(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be an integer >= 0, got {cfg.seed!r}.")
+    _require(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be an integer >= 0, got seed={cfg.seed!r}.")
     lr = cfg.optimizer.get("learning_rate")
     _require(is_positive_finite(lr), f"optimizer.learning_rate must be a positive finite number, got {lr!r}.")
     for key, low, high in (("weight_decay", 0.0, None), ("momentum", 0.0, 1.0)):  # optax accepts any float
