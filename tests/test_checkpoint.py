@@ -208,6 +208,13 @@ def test_ctrl_c_saves_and_stops_and_a_second_one_stops_at_once(make_cfg, tmp_pat
     assert train(make_cfg(*common))["start_step"] == 4
 
 
+def test_a_stop_without_checkpoints_says_nothing_was_saved(make_cfg, tmp_path, monkeypatch):
+    stop_at_step(monkeypatch, 3, signal.SIGTERM)
+    with pytest.raises(Preempted, match="checkpoint.enabled=false, so nothing was saved") as stopped:
+        train(make_cfg("debug=smoke", "trainer.max_steps=8", "trainer.log_every=1", "checkpoint.enabled=false"))
+    assert "checkpoint is saved" not in str(stopped.value) and not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_a_signal_landing_mid_step_still_saves_the_step_the_run_stops_at(make_cfg, tmp_path):
     from zoo.loop import fit
     from zoo.run_logger import RunLogger
@@ -222,6 +229,22 @@ def test_a_signal_landing_mid_step_still_saves_the_step_the_run_stops_at(make_cf
                         stop=SignalAtRead(2))
     logger.close("accuracy")
     assert step < run.total_steps and saved == [step]  # stopped early, and where it stopped is saved
+
+
+def test_a_resumed_runs_kept_records_are_on_disk_before_its_first_new_one(make_cfg, tmp_path):
+    """A resumed run killed before it logs again (e.g. while compiling) must not leave metrics.jsonl empty."""
+    from zoo.run_logger import RunLogger
+
+    path = tmp_path / "metrics.jsonl"
+    records = [{"step": 7, "split": "train", "loss": 1.0}, {"step": 10, "split": "test", "loss": 0.5},
+               {"step": 14, "split": "train", "loss": 0.25}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    logger = RunLogger(str(tmp_path), make_cfg("logger=quiet").logger, 40, start_step=13)
+    on_disk = [json.loads(line) for line in path.read_text().splitlines()]  # what a kill -9 now would leave
+    assert on_disk == records[:2]
+    logger.log(20, "train", {"loss": 0.125})
+    logger.close("loss")
+    assert [r["step"] for r in map(json.loads, path.read_text().splitlines())] == [7, 10, 20]
 
 
 def test_a_signal_during_the_last_call_lets_the_run_finish(make_cfg, monkeypatch):
@@ -241,3 +264,5 @@ def test_preempted_survives_pickling_as_a_launcher_in_another_process_sends_it_b
         assert isinstance(stopped, Preempted) and stopped.exit_code == 143 and str(stopped) == str(
             Preempted(37, signal.SIGTERM, "/runs/x", sweep_dir))
     assert "hydra.sweep.dir=/runs" in str(stopped)
+    unsaved = pickle.loads(pickle.dumps(Preempted(37, signal.SIGTERM, "/runs/x", saved=False)))
+    assert str(unsaved) == str(Preempted(37, signal.SIGTERM, "/runs/x", saved=False)) and "nothing was saved" in str(unsaved)

@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from tqdm import tqdm
 
 from zoo.curves import CurvesProcess, ProcessGone, plot_curves
-from zoo.files import write_json
+from zoo.files import write_json, write_text
 
 log = logging.getLogger("zoo")
 DRAWERS = 2  # figures drawn at once: a population's members all finish together
@@ -95,14 +95,15 @@ class RunLogger:
 
     @staticmethod
     def _open_jsonl(path: str, start_step: int, history: list):
-        """Keep the records up to the step a run resumes from; later ones are about to be redone."""
+        """Keep the records up to the step a run resumes from; later ones are about to be redone. The kept ones
+        replace the file in one rename, so a process killed from here on leaves them on disk."""
         if os.path.exists(path):
             with open(path) as f:
                 records = [json.loads(line) for line in f if line.strip()]
             history.extend(r for r in records if r["step"] <= start_step)
-        handle = open(path, "w")
-        handle.writelines(json.dumps(r) + "\n" for r in history)
-        return handle
+            if len(history) < len(records):
+                write_text(path, "".join(json.dumps(r) + "\n" for r in history))
+        return open(path, "a" if history else "w")
 
     def last(self, split: str) -> dict:
         """The newest record of `split`, without step and split (e.g. train metrics of a resumed run)."""

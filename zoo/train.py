@@ -164,7 +164,7 @@ def train(cfg: DictConfig) -> dict:
         if stop and step < out.end_step:  # a signal during the last call: the run is complete, finish it
             if out.ckpts:
                 out.ckpts.wait()
-            raise preempted(step, stop.signum, cfg.paths.output_dir)
+            raise preempted(step, stop.signum, cfg.paths.output_dir, saved=out.ckpts is not None)
         if out.early is not None:
             periodic = None
             if out.early.stopped_step is None:
