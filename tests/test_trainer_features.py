@@ -59,6 +59,11 @@ def test_summary_counts_parameters_and_reports_xla_flops(make_cfg, tmp_path, cap
                             out="pmap"))["model"]
     assert spread["eval_flops_per_example"] == pytest.approx(model["eval_flops_per_example"], rel=0.01)
     assert 1.0 < spread["train_step_flops"] / model["train_step_flops"] < 1.5
+    # sharded: the global program is lowered before XLA splits it, so it is counted once, not once a device
+    whole = train(make_cfg("debug=smoke", "logger.summary=true", "parallel=sharded", "parallel.cpu_devices=2",
+                           out="sharded"))["model"]
+    assert whole["eval_flops_per_example"] == pytest.approx(model["eval_flops_per_example"], rel=0.01)
+    assert whole["train_step_flops"] == pytest.approx(model["train_step_flops"], rel=0.05)
     # a streamed split lowers one step (no K batches copied for the count): the same count, less the gathers
     streamed = train(make_cfg("debug=smoke", "logger.summary=true", "parallel.device_data_mb=0", out="streamed"))
     assert streamed["model"]["train_step_flops"] == pytest.approx(model["train_step_flops"], rel=0.01)

@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 1 Hydra refused the command line (its own message) or an unexpected I/O error, 2 a
 setting to change (zoo.errors.UserError), 128+N stopped by signal N (130: Ctrl-C). docs/errors.md lists them all.
-`HYDRA_FULL_ERROR=1` shows the traceback behind any of them (exit 1 then).
+`HYDRA_FULL_ERROR=1` shows the traceback behind exits 1 and 2 (exit 1 then); stops keep their line and code.
 """
 import fcntl
 import logging

@@ -6,12 +6,12 @@ so its first real call reuses that trace and lowering instead of paying them aga
 run; a streamed split lowers one step instead of copying K batches for it). XLA counts the K-step loop's
 body once but what the call does before its loop whole: the batch rows' indices and masks (a few FLOPs per
 index, K x B of them) and, with dropout, the K steps' masks drawn ahead (zoo.steps.predrawn_masks). Where
-that could be over 1% of the count (a model as small as linear regression: 39.6 k counted against 4.6 k for
+that could be over 1% of the count (a model as small as linear regression: 39.6 k counted against 4.8 k for
 a 200-step call; dropout: 237 M against 36 M for the MLP) a one-step call is lowered and counted instead,
 whose count is exactly one step's; tests/test_trainer_features.py checks both against the model's
-arithmetic. Under pmap and sharded each device runs its own program; the
-figures are summed over devices, so work every device repeats (the optimizer update on replicated
-parameters) counts once per device: what the hardware does.
+arithmetic. Under pmap each device runs its own program; the figures are summed over devices, so work
+every device repeats (the optimizer update on replicated parameters) counts once per device: what the
+hardware does. A sharded program is lowered whole, before XLA splits it over the devices: counted once.
 """
 import logging
 from collections import defaultdict
@@ -62,10 +62,10 @@ def summarize(run, state, flops: bool = True, call_length: int = 1, dropout: boo
     sums = compiled.put_sums(compiled.zero_sums)
     train_args = (jax.tree.leaves(state), sums, *first_call)
     eval_args = (state, mode.put_replicated(compiled.zero_sums), next(iter(run.eval_sets.values()))[0][0])
-    counted = step_flops(compiled.train_chunk, train_args, compiled.eval_step, eval_args, mode.num_devices)
+    counted = step_flops(compiled.train_chunk, train_args, compiled.eval_step, eval_args, mode.program_copies)
     if k > 1 and _outside_loop_may_show(counted["train_step_flops"], k, run.stream.batch_size, dropout):
         one_step = (jax.tree.leaves(state), sums, *run.feed.args(0, 1, pad_to=1))
-        counted["train_step_flops"] = _scaled(xla_flops(compiled.train_chunk, *one_step), mode.num_devices)
+        counted["train_step_flops"] = _scaled(xla_flops(compiled.train_chunk, *one_step), mode.program_copies)
     return {**counts, **counted}
 
 
@@ -87,7 +87,8 @@ def count_parameters(params) -> dict:
 
 def step_flops(train_chunk, train_args: tuple, eval_step, eval_args: tuple, devices: int) -> dict:
     """FLOPs of one train step (of a chunk called with `train_args`) and of one eval example (`eval_args` end with
-    the eval batch), summed over `devices`."""
+    the eval batch), summed over the `devices` copies of the program that run (pmap's; a sharded program is
+    lowered whole, so 1)."""
     train_flops = xla_flops(train_chunk, *train_args)
     eval_flops = xla_flops(eval_step, *eval_args)
     eval_rows = int(np.size(eval_args[-1]["mask"]))

@@ -14,6 +14,7 @@ class PmapMode:
     def __init__(self, devices):
         self.devices = list(devices)
         self.num_devices = len(self.devices)
+        self.program_copies = self.num_devices  # each device runs the lowered program on its share: FLOPs x N
         # Placing stacked arrays with this sharding puts row d on device d, exactly where pmap wants it.
         self.stacked = NamedSharding(Mesh(np.array(self.devices), (self.axis_name,)), P(self.axis_name))
 

@@ -19,6 +19,7 @@ class ShardedMode:
     def __init__(self, devices, fsdp: bool = False):
         self.mesh = Mesh(np.array(devices), ("data",))
         self.num_devices = len(devices)
+        self.program_copies = 1  # the lowered program is the global one, before XLA partitions it
         self.fsdp = fsdp
         self.replicated = NamedSharding(self.mesh, P())
         self.chunk_sharding = NamedSharding(self.mesh, P(None, "data"))  # (K, B, ...)

@@ -10,7 +10,7 @@ class SingleDevice:
 
     def __init__(self, devices):
         self.device = devices[0]
-        self.num_devices = 1
+        self.num_devices = self.program_copies = 1
 
     def prepare_model(self, model):
         return model
