@@ -185,6 +185,16 @@ def test_a_signal_landing_mid_step_saves_every_member_at_the_step_they_stop_at(m
         assert [int(p.name) for p in (pathlib.Path(cfg.paths.output_dir) / "checkpoints").iterdir()] == [4]
 
 
+def test_a_member_still_waiting_for_its_resume_step_says_it_stopped_there(make_cfg, monkeypatch):
+    longer = ["optimizer=sgd", "trainer.log_every=2", "trainer.steps_per_call=2", "trainer.max_steps=24"]
+    cfgs = configs(make_cfg, "wait", *longer, grid=GRID[:2])
+    train(make_cfg(*SMALL, *longer, "trainer.max_steps=12", "optimizer.learning_rate=0.05", "seed=0",
+                   out=pathlib.Path(cfgs[0].paths.output_dir).name))  # member 0 already reached step 12
+    monkeypatch.setattr(population_train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(2)))
+    stopped = train_population(cfgs)
+    assert "at step 12;" in str(stopped[0]) and "at step 4;" in str(stopped[1]), stopped
+
+
 def test_a_signal_during_the_last_call_lets_the_members_finish(make_cfg, monkeypatch):
     monkeypatch.setattr(population_train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(4)))
     cfgs = configs(make_cfg, "last", "optimizer=sgd")  # calls end at steps 3, 6, 9, 12: the 4th read is the last

@@ -8,6 +8,10 @@ from hydra.test_utils.launcher_common_tests import (
     IntegrationTestSuite,
     LauncherTestSuite,
 )
+import os
+import subprocess
+import sys
+
 from omegaconf import OmegaConf
 
 from conftest import ROOT
@@ -74,3 +78,19 @@ def test_without_an_output_subdir_a_group_writes_no_hydra_folder(tmp_path):
     prepared = PreparedJob(job, cfg, OmegaConf.to_yaml(cfg), OmegaConf.masked_copy(job, ["hydra"]))
     assert _train_group(lambda cfgs, hydra_cfgs: ["done"], [prepared]) == ["done"]
     assert not (tmp_path / "0").exists()
+
+
+def test_another_apps_jobs_see_as_many_cpu_devices_as_under_the_basic_launcher(tmp_path):
+    (tmp_path / "app.py").write_text(
+        "import hydra, jax\n"
+        "@hydra.main(version_base=None, config_path=None)\n"
+        "def main(cfg):\n    print('devices', jax.device_count())\n"
+        "main()\n")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # JAX's own default: one CPU device
+    counts = {}
+    for launcher in ("basic", "population"):
+        out = subprocess.run([sys.executable, "app.py", "-m", "+x=1,2", f"hydra/launcher={launcher}",
+                              f"hydra.sweep.dir={tmp_path / launcher}"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, check=True).stdout
+        counts[launcher] = [line for line in out.splitlines() if line.startswith("devices")]
+    assert counts["population"] == counts["basic"] == ["devices 1", "devices 1"]

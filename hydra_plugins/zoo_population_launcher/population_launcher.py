@@ -31,7 +31,8 @@ class PopulationLauncher(Launcher):
         from zoo.parallel import cpu_devices_for_populations
         from zoo.sweeps.compose_once import remember_compositions
 
-        cpu_devices_for_populations()  # before any JAX work: members spread over the cores (on CPU)
+        if getattr(task_function, "train_population", None) is not None:  # another app's jobs see JAX as usual
+            cpu_devices_for_populations()  # before any JAX work: members spread over the cores (on CPU)
         self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
         remember_compositions(hydra_context.config_loader)
 

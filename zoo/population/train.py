@@ -241,7 +241,8 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
             try:
                 if m.outputs.ckpts:
                     m.outputs.ckpts.wait()
-                m.error = preempted(step, stop.signum, m.outputs.cfg.paths.output_dir, m.hydra_cfg,
+                at = max(step, m.outputs.start_step)  # a member still waiting for its resume step stays there
+                m.error = preempted(at, stop.signum, m.outputs.cfg.paths.output_dir, m.hydra_cfg,
                                     saved=m.outputs.ckpts is not None)
             except UserError as e:  # its save at the stop failed: it alone reports that
                 m.error = e
