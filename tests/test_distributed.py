@@ -21,17 +21,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def two_processes(script: str, args: list, data_dir) -> list:
-    """`script` run as processes 0 and 1 of one jax.distributed group; their outputs, once both exited 0."""
+def two_processes(script: str, args: list, data_dir, cpu_devices=(2, 2), returncode: int = 0) -> list:
+    """`script` run as processes 0 and 1 of one jax.distributed group; their outputs, once both exited
+    `returncode`."""
     port = free_port()
     procs = [subprocess.Popen(
-        [sys.executable, script, *args, "parallel.cpu_devices=2", "distributed=explicit",
+        [sys.executable, script, *args, f"parallel.cpu_devices={cpu_devices[i]}", "distributed=explicit",
          f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
          f"distributed.process_id={i}"],
         cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(2)]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    assert [p.returncode for p in procs] == [returncode] * 2, outputs[0][-3000:] + outputs[1][-3000:]
     return outputs
 
 
@@ -53,3 +54,11 @@ def test_two_processes_equal_one(data_dir, make_cfg, tmp_path):
     assert [sum("exported step 6 to" in line for line in out.splitlines()) for out in outputs] == [1, 0]
     assert sorted(p.name for p in (run_dir / "export").iterdir()) == ["model.jax", "signature.json"]
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".export")]  # no staging left behind
+
+
+def test_processes_with_unequal_device_counts_are_refused_in_one_sentence(data_dir, tmp_path):
+    outputs = two_processes("train.py", [*ARGS, f"hydra.run.dir={tmp_path / 'run'}"], data_dir, cpu_devices=(2, 1),
+                            returncode=2)
+    for out in outputs:
+        assert "(process 0 has 2, process 1 has 1); give every process the same parallel.cpu_devices" in out
+        assert "Traceback" not in out

@@ -1,4 +1,5 @@
 """Parallel modes choose how the same step is compiled and where batches go; nothing else changes."""
+import collections
 import os
 import warnings
 
@@ -50,6 +51,11 @@ def select_devices(cfg, distributed=None) -> list:
     if distributed is not None:
         init_distributed(distributed)
     if jax.process_count() > 1:
+        counts = collections.Counter(d.process_index for d in jax.devices())
+        if len(set(counts.values())) > 1:  # every process holds an equal share of each global batch
+            have = ", ".join(f"process {p} has {c}" for p, c in sorted(counts.items()))
+            raise UserError(f"every process of a multi-process run needs the same number of devices ({have}); "
+                            "give every process the same parallel.cpu_devices (or the same accelerators).")
         return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))  # contiguous per process
     if n is None:
         if _cpu_devices_for_populations and jax.default_backend() == "cpu":
