@@ -1,5 +1,6 @@
 """Two processes on localhost (gloo collectives) compute what one process computes."""
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -21,16 +22,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def two_processes(script: str, args: list, data_dir, cpu_devices=(2, 2), returncode: int = 0) -> list:
-    """`script` run as processes 0 and 1 of one jax.distributed group; their outputs, once both exited
-    `returncode`."""
+def start_two(script: str, args: list, data_dir, cpu_devices=(2, 2)) -> list:
+    """`script` started as processes 0 and 1 of one jax.distributed group."""
     port = free_port()
-    procs = [subprocess.Popen(
+    return [subprocess.Popen(
         [sys.executable, script, *args, f"parallel.cpu_devices={cpu_devices[i]}", "distributed=explicit",
          f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
          f"distributed.process_id={i}"],
         cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(2)]
+
+
+def two_processes(script: str, args: list, data_dir, cpu_devices=(2, 2), returncode: int = 0) -> list:
+    """`script` run as processes 0 and 1 of one jax.distributed group; their outputs, once both exited
+    `returncode`."""
+    procs = start_two(script, args, data_dir, cpu_devices)
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [returncode] * 2, outputs[0][-3000:] + outputs[1][-3000:]
     return outputs
@@ -62,3 +68,23 @@ def test_processes_with_unequal_device_counts_are_refused_in_one_sentence(data_d
     for out in outputs:
         assert "(process 0 has 2, process 1 has 1); give every process the same parallel.cpu_devices" in out
         assert "Traceback" not in out
+
+
+def test_a_signal_to_one_process_stops_every_process_at_the_same_saved_step(data_dir, tmp_path):
+    from test_cli import wait_for_lines
+    from zoo.checkpoint import Checkpoints
+
+    run_dir = tmp_path / "run"
+    args = ["debug=smoke", "parallel=sharded", "trainer.max_steps=100000", "trainer.log_every=1",
+            "trainer.checkpoint_every=100000", "trainer.steps_per_call=1", f"hydra.run.dir={run_dir}"]
+    procs = start_two("train.py", args, data_dir)
+    wait_for_lines(run_dir / "metrics.jsonl", 20, procs[0])
+    procs[1].send_signal(signal.SIGTERM)  # the other process gets no signal (its pod or task was not told)
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:  # processes that deadlocked take no SIGTERM any more
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, outputs[0][-2000:] + outputs[1][-2000:]
+    steps = Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()
+    assert len(steps) == 1 and all(f"stopped by SIGTERM at step {steps[0]};" in out for out in outputs)

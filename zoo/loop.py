@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import jax
 
 from zoo.errors import UserError
+from zoo.parallel.distributed import agree_on_stop
 
 # The cap on steps per call. Calls run to the next log/eval/checkpoint boundary, so the periods set K below
 # it. Longer calls amortise the per-call host work (docs/benchmarks.md: linear 3.4x the naive loop at K=50
@@ -150,7 +151,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
             ended = stop_early is not None and stop_early(step, eval_metrics)
         pruned = on_eval is not None and eval_metrics is not None and on_eval(step, eval_metrics)
         checkpoint_due = (checkpoint_every and step % checkpoint_every == 0) or (stop_early and eval_metrics)
-        stopping = bool(stop)  # read once: a signal landing between the save and the break must not skip the save
+        stopping = agree_on_stop(stop)
         if save and step < total_steps and (checkpoint_due or stopping or pruned or ended):
             save(step, mode.get(compiled.state(leaves)), compiled.get_sums(acc), eval_metrics)
         if pruned:

@@ -36,6 +36,19 @@ def barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def agree_on_stop(stop) -> bool:
+    """Whether the run stops after this call: read once (a signal landing between the save and the break must
+    not skip the save) and, across processes, the same answer in each. A process that did not get the signal
+    takes it from one that did: one stopping alone would wait in the save for the others, which wait for it in
+    their next step."""
+    signum = (stop.signum or 0) if stop else 0
+    if jax.process_count() > 1:
+        signum = int(np.max(multihost_utils.process_allgather(np.int32(signum))))
+        if signum and stop is not None and stop.signum is None:
+            stop.signum = signum
+    return bool(signum)
+
+
 def local_rows(x: np.ndarray, axis: int) -> np.ndarray:
     """This process's contiguous share of a global batch along `axis` (processes own contiguous devices)."""
     n, p = jax.process_count(), jax.process_index()
