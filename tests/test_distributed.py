@@ -54,6 +54,7 @@ def test_two_processes_equal_one(data_dir, make_cfg, tmp_path):
     # only process 0 wrote: one record per event, not two
     assert len(losses(run_dir)) == 2  # steps 4 and 6
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["3", "6"]
+    assert (run_dir / "train.log").read_text().count("run directory:") == 1  # process 0's lines alone
     # export.py of that run from two processes: both compute, process 0 alone writes the export and says so
     outputs = two_processes("export.py", [f"run_dir={run_dir}", "parallel=sharded", f"hydra.run.dir={tmp_path}/x"],
                             data_dir)

@@ -1,4 +1,6 @@
 """Multi-process runs: jax.distributed start-up, and helpers that let every process feed only its share."""
+import logging
+
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
@@ -24,6 +26,11 @@ def init_distributed(cfg) -> None:
     except Exception as e:  # noqa: BLE001 — surfaces as one sentence naming the settings
         raise UserError(f"jax.distributed could not start with distributed={cfg.mode} ({e}); check "
                         "distributed.coordinator_address, num_processes and process_id.") from None
+    if not is_primary():  # the processes share one run dir: its train.log is process 0's, as its other files
+        root = logging.getLogger()
+        for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+            root.removeHandler(handler)
+            handler.close()
 
 
 def is_primary() -> bool:
