@@ -75,6 +75,9 @@ def make_mode(cfg, devices: list):
     if jax.process_count() > 1 and cfg.mode != "sharded":
         raise UserError(f"parallel.mode={cfg.mode} runs in one process; multi-process runs need "
                         "parallel.mode=sharded.")
+    if cfg.fsdp and cfg.mode != "sharded":
+        raise UserError(f"parallel.fsdp=true shards parameters over a mesh, which parallel.mode={cfg.mode} has "
+                        "not; use parallel=sharded or parallel.fsdp=false.")
     if cfg.mode == "none":
         return SingleDevice(devices[:1])
     if cfg.mode == "pmap":
