@@ -59,6 +59,7 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
 
         prepared = [_prepare(job) for job in jobs]
         groups = _one_dir_each(group_indices([p.task_cfg for p in prepared], max_size), prepared)
+        groups = _alone_where_hydra_sets_up(groups, jobs)
         groups = _apart_where_faster(task_function.trains_alone, groups, prepared, jobs)
         _check_settings([prepared[g[0]].task_cfg for g in groups if len(g) > 1])
     returns = [None] * len(jobs)
@@ -89,6 +90,20 @@ def _one_dir_each(groups: list, prepared: list) -> list:
             (after if output_dir in dirs else together).append(i)
             dirs.add(output_dir)
         split += [together] + [[i] for i in after]
+    return split
+
+
+def _alone_where_hydra_sets_up(groups: list, jobs: list) -> list:
+    """A job with hydra.job.env_set or hydra.job.chdir=true needs Hydra's run_job to set its environment or
+    working directory before its config resolves and it trains: it runs on its own, as under the basic launcher."""
+    split = []
+    for group in groups:
+        own = [i for i in group if len(group) > 1 and (jobs[i].hydra.job.env_set or jobs[i].hydra.job.chdir)]
+        if own:
+            log.info("jobs %s train one after another, as under the basic launcher: a population cannot apply "
+                     "their hydra.job.env_set or hydra.job.chdir=true", ", ".join(f"#{jobs[i].hydra.job.num}" for i in own))
+        rest = [i for i in group if i not in own]
+        split += ([rest] if rest else []) + [[i] for i in own]
     return split
 
 
