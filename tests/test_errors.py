@@ -120,7 +120,8 @@ BAD_VALUES = [
                                 r"min\."),
     ("parallel.cpu_devices=1000", r"parallel\.cpu_devices must be between 1 and 512 \(or null\), got 1000\."),
     ("parallel.cpu_devices=16", r"parallel\.cpu_devices=16 but this process already started JAX with 8 CPU "
-                                r"device\(s\); lower parallel\.cpu_devices or start a fresh process\."),
+                                r"device\(s\); lower parallel\.cpu_devices or start a fresh process \(a multirun's "
+                                r"jobs share one: list the largest parallel\.cpu_devices first\)\."),
     ("parallel=pmap parallel.fsdp=true", r"parallel\.fsdp=true shards parameters over a mesh, which "
                                           r"parallel\.mode=pmap has not; use parallel=sharded or parallel\.fsdp=false\."),
     ("parallel=pmap parallel.cpu_devices=8 trainer.batch_size=100",

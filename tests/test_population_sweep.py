@@ -272,3 +272,14 @@ def test_jobs_with_their_own_environment_run_alone_and_get_it(data_dir, tmp_path
     assert any(elsewhere.iterdir())  # each job read its data where its own environment said
     for job in ("0", "1"):
         assert json.loads((tmp_path / "sweep" / job / "results.json").read_text())["test"]["count"] == 359
+
+
+def test_a_population_gets_more_cpu_devices_than_cores_when_its_jobs_ask(data_dir, tmp_path):
+    import os
+
+    wanted = len(os.sched_getaffinity(0)) + 2  # more than the one device a core the launcher gives by itself
+    multirun(data_dir, tmp_path / "sweep", "hydra/launcher=population", "seed=0,1", "parallel=sharded",
+             f"parallel.cpu_devices={wanted}", "trainer.batch_size=48")
+    for job in ("0", "1"):
+        results = json.loads((tmp_path / "sweep" / job / "results.json").read_text())
+        assert results["devices"] == wanted and results["population"]["members"] == 2

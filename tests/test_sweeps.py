@@ -238,3 +238,9 @@ def test_a_multi_objective_sweep_reports_its_pareto_front(data_dir, tmp_path):
     assert (sweep / "summary.png").stat().st_size > 0
     solutions = OmegaConf.load(sweep / "optimization_results.yaml").solutions
     assert len(solutions) == len(front)
+
+
+def test_a_multiruns_job_with_cpu_devices_null_gets_one_device_after_one_that_set_more(data_dir, tmp_path):
+    multirun(data_dir, tmp_path, "parallel=pmap", "parallel.cpu_devices=2,null")
+    devices = [json.loads((tmp_path / job / "results.json").read_text())["devices"] for job in ("0", "1")]
+    assert devices == [2, 1]  # as each command alone

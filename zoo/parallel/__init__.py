@@ -13,24 +13,27 @@ from zoo.parallel.single import SingleDevice
 
 
 _cpu_devices_for_populations = None  # set in a population launcher's process: see cpu_devices_for_populations
+_cpu_devices_raised = False  # a run of this process set parallel.cpu_devices: later runs with null see one, as alone
 
 
-def cpu_devices_for_populations() -> int | None:
-    """Start this process's JAX with one CPU device per core, for populations to spread their members over
-    (hydra/launcher=population calls it before any JAX work). Runs with parallel.cpu_devices=null still get
-    the one CPU device they get in any other process. Returns the device count set, or None if JAX had
-    started already, or the count was chosen (XLA_FLAGS, JAX_NUM_CPU_DEVICES, jax_num_cpu_devices): then the
-    devices it has decide."""
+def cpu_devices_for_populations(at_least: int = 0) -> int | None:
+    """Start this process's JAX with one CPU device per core, or `at_least` (the most parallel.cpu_devices a
+    sweep's job asks for), for populations to spread their members over (hydra/launcher=population calls it
+    before any JAX work). Runs with parallel.cpu_devices=null still get the one CPU device they get in any
+    other process. Returns the device count set, or None if JAX had started already, or the count was chosen
+    (XLA_FLAGS, JAX_NUM_CPU_DEVICES, jax_num_cpu_devices): then the devices it has decide."""
     global _cpu_devices_for_populations
-    if ("xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+    if _cpu_devices_for_populations is None and (
+            "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
             or jax.config.jax_num_cpu_devices >= 0):
         return None  # the user (or a test harness) chose the count
+    count = max(cpu_cores(), at_least)
     try:
-        jax.config.update("jax_num_cpu_devices", cpu_cores())
+        jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError:
         return None
-    _cpu_devices_for_populations = cpu_cores()
-    return _cpu_devices_for_populations
+    _cpu_devices_for_populations = count
+    return count
 
 
 def cpu_cores() -> int:
@@ -42,10 +45,12 @@ def select_devices(cfg, distributed=None) -> list:
 
     `cpu_devices=N` simulates N CPU devices per process (a laptop can try pmap and sharded).
     """
+    global _cpu_devices_raised
     n = cfg.cpu_devices
     if n is not None:
         try:
             jax.config.update("jax_num_cpu_devices", n)
+            _cpu_devices_raised = n > 1
         except RuntimeError:
             pass  # JAX already started in this process; the devices it has decide below
     if distributed is not None:
@@ -58,8 +63,8 @@ def select_devices(cfg, distributed=None) -> list:
                             "give every process the same parallel.cpu_devices (or the same accelerators).")
         return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))  # contiguous per process
     if n is None:
-        if _cpu_devices_for_populations and jax.default_backend() == "cpu":
-            return jax.local_devices()[:1]  # the extra devices are the populations'; a run sees one as elsewhere
+        if (_cpu_devices_for_populations or _cpu_devices_raised) and jax.default_backend() == "cpu":
+            return jax.local_devices()[:1]  # the extra devices are a population's or an earlier run's: one, as alone
         return jax.local_devices()
     if jax.default_backend() != "cpu":
         warnings.warn(f"parallel.cpu_devices={n} is ignored on {jax.default_backend()}; using all local devices.")
@@ -67,7 +72,8 @@ def select_devices(cfg, distributed=None) -> list:
     devices = jax.local_devices(backend="cpu")
     if len(devices) < n:
         raise UserError(f"parallel.cpu_devices={n} but this process already started JAX with {len(devices)} CPU "
-                        f"device(s); lower parallel.cpu_devices or start a fresh process.")
+                        f"device(s); lower parallel.cpu_devices or start a fresh process (a multirun's jobs share "
+                        f"one: list the largest parallel.cpu_devices first).")
     return devices[:n]
 
 
