@@ -93,6 +93,23 @@ def test_preempted_then_resumed_is_bitwise_identical_to_uninterrupted(make_cfg, 
     assert records(make_cfg(out="whole").paths.output_dir) == records(make_cfg(out="resumed").paths.output_dir)
 
 
+@pytest.mark.parametrize("stopping", [[], ["trainer.early_stopping.patience=1", "dataset.validation_fraction=0.2"]],
+                         ids=["plain", "early-stopping"])
+def test_a_run_stopped_after_its_final_checkpoint_finishes_as_if_uninterrupted(make_cfg, stopping):
+    """A command ended between the final checkpoint and results.json (Ctrl-C in the final save, kill -9): the
+    rerun resumes at the end and must not log the final evals twice nor report other train metrics."""
+    common = ["debug=smoke", "trainer.max_steps=8", "trainer.checkpoint_every=3", "trainer.eval_every=2", *stopping]
+    whole = train(make_cfg(*common, out="whole"))
+    train(make_cfg(*common, out="again"))
+    run_dir = pathlib.Path(make_cfg(out="again").paths.output_dir)
+    (run_dir / "results.json").unlink()  # what the stopped command had left
+    again = train(make_cfg(*common, out="again"))
+    assert again["start_step"] == again["steps"]  # nothing left to train
+    assert again["train"] == whole["train"] and again["test"] == whole["test"]
+    assert records(make_cfg(out="whole").paths.output_dir) == records(run_dir)
+    assert sum(bool(r.get("final")) for r in records(run_dir)) == 1 + bool(stopping)  # test (+ validation)
+
+
 def test_checkpoint_from_pmap_restores_under_none_and_sharded(make_cfg, tmp_path):
     results = train(make_cfg("model=cnn", "debug=smoke", "parallel.mode=pmap", "parallel.cpu_devices=4"))
     run_dir = tmp_path / "run"

@@ -66,7 +66,7 @@ class RunOutputs:
         if self._final_logged:
             return
         for split, metrics in split_metrics.items():
-            self.logger.log(step, split, metrics)
+            self.logger.log(step, split, metrics, final=True)
         self.logger.close("accuracy" if self.cfg.dataset.task == "classification" else "r2")
         self._final_logged = True
 

@@ -95,21 +95,24 @@ class RunLogger:
 
     @staticmethod
     def _open_jsonl(path: str, start_step: int, history: list):
-        """Keep the records up to the step a run resumes from; later ones are about to be redone. The kept ones
-        replace the file in one rename, so a process killed from here on leaves them on disk."""
+        """Keep the records up to the step a run resumes from; later ones, and the final evals of a command that
+        stopped after them (before results.json) or of a shorter run now lengthened, are about to be redone. The
+        kept ones replace the file in one rename, so a process killed from here on leaves them on disk."""
         if os.path.exists(path):
             with open(path) as f:
                 records = [json.loads(line) for line in f if line.strip()]
-            history.extend(r for r in records if r["step"] <= start_step)
+            history.extend(r for r in records if r["step"] <= start_step and not r.get("final"))
             if len(history) < len(records):
                 write_text(path, "".join(json.dumps(r) + "\n" for r in history))
         return open(path, "a" if history else "w")
 
     def last(self, split: str) -> dict:
-        """The newest record of `split`, without step and split (e.g. train metrics of a resumed run)."""
+        """The newest record of `split`, its metrics alone, as the loop returned them (e.g. train metrics of a run
+        resumed at its end): without step, split and what logging added (speed, learning rate, epsilon)."""
+        added = ("step", "split", "final", "examples_per_s", "learning_rate", "gflop_s", "epsilon")
         for record in reversed(self.history):
             if record["split"] == split:
-                return {k: v for k, v in record.items() if k not in ("step", "split")}
+                return {k: v for k, v in record.items() if k not in added}
         return {}
 
     def _train_extras(self, step: int, metrics: dict) -> dict:
@@ -120,10 +123,11 @@ class RunLogger:
             extras["gflop_s"] = metrics["examples_per_s"] * self.train_flops_per_example / 1e9
         return extras
 
-    def log(self, step: int, split: str, metrics: dict) -> None:
+    def log(self, step: int, split: str, metrics: dict, final: bool = False) -> None:
+        """`final`: an eval of the finished run (marked in metrics.jsonl), not a periodic one."""
         if split == "train":
             metrics = {**metrics, **self._train_extras(step, metrics)}
-        record = {"step": step, "split": split, **metrics}
+        record = {"step": step, "split": split, **metrics, **({"final": True} if final else {})}
         self.history.append(record)
         if not self.enabled:
             return

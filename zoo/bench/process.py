@@ -47,8 +47,8 @@ def _time_to_accuracy(spec: dict) -> dict:
     seen = {"best": 0.0}
 
     class TargetLogger(RunLogger):
-        def log(self, step, split, metrics):
-            super().log(step, split, metrics)
+        def log(self, step, split, metrics, **kwargs):
+            super().log(step, split, metrics, **kwargs)
             if split == "test":
                 seen["best"] = max(seen["best"], metrics["accuracy"])
                 if metrics["accuracy"] >= spec["target"]:

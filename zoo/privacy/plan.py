@@ -109,10 +109,10 @@ class EpsilonLogger:
     def __init__(self, logger, plan: PrivacyPlan):
         self._logger, self._plan = logger, plan
 
-    def log(self, step: int, split: str, metrics: dict) -> None:
+    def log(self, step: int, split: str, metrics: dict, final: bool = False) -> None:
         if split == "train":
             metrics = {**metrics, "epsilon": self._plan.epsilon(step)}
-        self._logger.log(step, split, metrics)
+        self._logger.log(step, split, metrics, final=final)
 
     def __getattr__(self, name):
         return getattr(self._logger, name)

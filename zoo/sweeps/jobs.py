@@ -60,7 +60,7 @@ def _last_eval(path: str) -> dict:
         return {}
     last = evals[-1]
     return {"steps": last["step"], "metrics": {f"{last['split']}/{k}": v for k, v in last.items()
-                                               if k not in ("step", "split", "count")}}
+                                               if k not in ("step", "split", "count", "final")}}
 
 
 def finite(x) -> bool:
