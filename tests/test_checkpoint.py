@@ -176,6 +176,20 @@ def test_corrupt_latest_falls_back_only_for_latest(make_cfg, tmp_path, caplog):
         evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=6"))
 
 
+def test_a_damaged_final_checkpoint_is_replaced_when_the_rerun_trains_that_step_again(make_cfg, tmp_path):
+    common = ["debug=smoke", "trainer.checkpoint_every=2"]
+    whole = train(make_cfg(*common, out="whole"))
+    train(make_cfg(*common))
+    run_dir = tmp_path / "run"
+    for blob in (run_dir / "checkpoints" / "6" / "state").rglob("d/*"):
+        if blob.is_file():
+            blob.write_bytes(b"truncated")
+    again = train(make_cfg(*common))  # falls back to step 4, trains to 6 again and writes results.json anew
+    assert again["start_step"] == 4 and again["test"] == whole["test"]
+    result = evaluate(eval_cfg(make_cfg, run_dir))  # reads the retrained step 6, not the damaged one
+    assert result["step"] == 6 and result["metrics"] == pytest.approx(whole["test"], rel=1e-6)
+
+
 def test_rerun_after_preemption_continues_its_own_checkpoints_not_the_source(make_cfg, tmp_path, monkeypatch):
     """trainer.resume=<path> seeds an empty run; once the run has checkpoints of its own it continues from them."""
     train(make_cfg("debug=smoke", "trainer.max_steps=2", out="source"))

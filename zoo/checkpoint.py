@@ -101,6 +101,10 @@ class Checkpoints:
         self._surface_errors(lambda: self.manager.save(step, args=args, metrics=metrics, force=True), step)
         self._pending = step
 
+    def delete(self, step: int) -> None:
+        self.wait()
+        self._surface_errors(lambda: self.manager.delete(step), step)
+
     def _surface_errors(self, fn, step) -> None:
         """Run fn; a full disk or refused write becomes one sentence that says what is kept."""
         try:

@@ -150,7 +150,7 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     if privacy:
         logger = EpsilonLogger(logger, privacy)
     run_record.accepted(out_dir)  # from here on, .hydra/ describes this run, whatever ends it
-    saver = _saver(cfg, ckpts, stream, total_steps, early)
+    saver = _saver(cfg, ckpts, stream, total_steps, early, start_step)
     return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
                       start_step, host_state, sums, early)
 
@@ -167,7 +167,7 @@ def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts) -> N
                         "restore them or start in a new hydra.run.dir.")
 
 
-def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None):
+def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_step: int = 0):
     """save(step, host state, host sums, eval metrics): refuses non-finite params, so the latest is good.
     save.later(...) takes the same arguments, checks and describes the checkpoint now and returns the call that
     writes it (None when there is nothing to write): a population writes its members' on another thread."""
@@ -187,8 +187,13 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None):
             meta["early_stopping"] = early.state_dict()
 
         def write():
-            if step not in ckpts.steps():  # else a finished run evaluated again
-                ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
+            if step in ckpts.steps():
+                if step <= start_step:
+                    return  # a finished run's own step, evaluated again
+                # past the step this run resumed from: its restore skipped this one as unreadable
+                log.warning("replacing checkpoint step %d in %s, which could not be restored", step, ckpts.directory)
+                ckpts.delete(step)
+            ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
 
         return write
 
