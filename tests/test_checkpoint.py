@@ -296,4 +296,5 @@ def test_preempted_survives_pickling_as_a_launcher_in_another_process_sends_it_b
             Preempted(37, signal.SIGTERM, "/runs/x", sweep_dir))
     assert "hydra.sweep.dir=/runs" in str(stopped)
     unsaved = pickle.loads(pickle.dumps(Preempted(37, signal.SIGTERM, "/runs/x", saved=False)))
-    assert str(unsaved) == str(Preempted(37, signal.SIGTERM, "/runs/x", saved=False)) and "nothing was saved" in str(unsaved)
+    assert str(unsaved) == str(Preempted(37, signal.SIGTERM, "/runs/x", saved=False))
+    assert "nothing was saved" in str(unsaved)

@@ -122,8 +122,9 @@ BAD_VALUES = [
     ("parallel.cpu_devices=16", r"parallel\.cpu_devices=16 but this process already started JAX with 8 CPU "
                                 r"device\(s\); lower parallel\.cpu_devices or start a fresh process \(a multirun's "
                                 r"jobs share one: list the largest parallel\.cpu_devices first\)\."),
-    ("parallel=pmap parallel.fsdp=true", r"parallel\.fsdp=true shards parameters over a mesh, which "
-                                          r"parallel\.mode=pmap has not; use parallel=sharded or parallel\.fsdp=false\."),
+    ("parallel=pmap parallel.fsdp=true",
+     r"parallel\.fsdp=true shards parameters over a mesh, which parallel\.mode=pmap has not; use parallel=sharded "
+     r"or parallel\.fsdp=false\."),
     ("parallel=pmap parallel.cpu_devices=8 trainer.batch_size=100",
      r"trainer\.batch_size=100 does not split evenly across 8 devices; use 96 or 104\."),
     ("trainer.accumulate=0", r"trainer\.accumulate must be a positive number of micro-batches per update, got 0\."),

@@ -268,7 +268,8 @@ def test_jobs_with_their_own_environment_run_alone_and_get_it(data_dir, tmp_path
     elsewhere = tmp_path / "own_data_dir"
     done = multirun(data_dir, tmp_path / "sweep", "hydra/launcher=population", "seed=0,1",
                     f"+hydra.job.env_set.TFDS_DATA_DIR={elsewhere}")
-    assert "train one after another, as under the basic launcher: a population cannot apply" in done.stderr + done.stdout
+    said = "train one after another, as under the basic launcher: a population cannot apply"
+    assert said in done.stderr + done.stdout
     assert any(elsewhere.iterdir())  # each job read its data where its own environment said
     for job in ("0", "1"):
         assert json.loads((tmp_path / "sweep" / job / "results.json").read_text())["test"]["count"] == 359

@@ -103,7 +103,8 @@ def _alone_where_hydra_sets_up(groups: list, jobs: list) -> list:
         own = [i for i in group if len(group) > 1 and (jobs[i].hydra.job.env_set or jobs[i].hydra.job.chdir)]
         if own:
             log.info("jobs %s train one after another, as under the basic launcher: a population cannot apply "
-                     "their hydra.job.env_set or hydra.job.chdir=true", ", ".join(f"#{jobs[i].hydra.job.num}" for i in own))
+                     "their hydra.job.env_set or hydra.job.chdir=true",
+                     ", ".join(f"#{jobs[i].hydra.job.num}" for i in own))
         rest = [i for i in group if i not in own]
         split += ([rest] if rest else []) + [[i] for i in own]
     return split
