@@ -108,10 +108,11 @@ def test_run_artifacts(make_cfg, tmp_path):
     events = read_jsonl(run / "metrics.jsonl")
     assert [e["step"] for e in events if e["split"] == "train"] == [2, 4, 6]
     assert [e["step"] for e in events if e["split"] == "test"] == [4, 6]
+    assert [e["step"] for e in events if e.get("final")] == [6]  # the finished run's eval, not the periodic one
     image = matplotlib.image.imread(run / "curves.png")
     assert image.shape[:2] == (400, 1000) and image.std() > 0.05  # 10x4 inches at 100 dpi, not blank
     logged = {(f"{e['split']}/{name}", e["step"]): value for e in events for name, value in e.items()
-              if name not in ("step", "split", "count")}
+              if name not in ("step", "split", "count", "final")}
     scalars = tensorboard_scalars(run / "tensorboard")
     assert scalars.keys() == logged.keys()
     np.testing.assert_allclose([scalars[k] for k in logged], list(logged.values()), rtol=1e-6)  # float32 there

@@ -97,10 +97,16 @@ def _one_dir_each(groups: list, prepared: list) -> list:
 
 def _alone_where_hydra_sets_up(groups: list, jobs: list) -> list:
     """A job with hydra.job.env_set or hydra.job.chdir=true needs Hydra's run_job to set its environment or
-    working directory before its config resolves and it trains: it runs on its own, as under the basic launcher."""
+    working directory before its config resolves and it trains: it runs on its own, as under the basic launcher.
+    (The Optuna sweeper's trial number rides in env_set too; it is read from the config, not the environment.)"""
+    from zoo.sweeps.trial_link import TRIAL_KEY
+
+    def sets_up(job) -> bool:
+        return bool(job.hydra.job.chdir) or any(key != TRIAL_KEY for key in job.hydra.job.env_set or {})
+
     split = []
     for group in groups:
-        own = [i for i in group if len(group) > 1 and (jobs[i].hydra.job.env_set or jobs[i].hydra.job.chdir)]
+        own = [i for i in group if len(group) > 1 and sets_up(jobs[i])]
         if own:
             log.info("jobs %s train one after another, as under the basic launcher: a population cannot apply "
                      "their hydra.job.env_set or hydra.job.chdir=true",
