@@ -12,8 +12,9 @@ from zoo.parallel.sharded import ShardedMode
 from zoo.parallel.single import SingleDevice
 
 
-_cpu_devices_for_populations = None  # set in a population launcher's process: see cpu_devices_for_populations
-_cpu_devices_raised = False  # a run of this process set parallel.cpu_devices: later runs with null see one, as alone
+# the CPU device count this process's JAX was started with by a population launcher or a run's
+# parallel.cpu_devices: runs with cpu_devices=null then see one device, as they do alone
+_cpu_devices_set = None
 
 
 def cpu_devices_for_populations(at_least: int = 0) -> int | None:
@@ -22,8 +23,8 @@ def cpu_devices_for_populations(at_least: int = 0) -> int | None:
     before any JAX work). Runs with parallel.cpu_devices=null still get the one CPU device they get in any
     other process. Returns the device count set, or None if JAX had started already, or the count was chosen
     (XLA_FLAGS, JAX_NUM_CPU_DEVICES, jax_num_cpu_devices): then the devices it has decide."""
-    global _cpu_devices_for_populations
-    if _cpu_devices_for_populations is None and (
+    global _cpu_devices_set
+    if _cpu_devices_set is None and (
             "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
             or jax.config.jax_num_cpu_devices >= 0):
         return None  # the user (or a test harness) chose the count
@@ -32,7 +33,7 @@ def cpu_devices_for_populations(at_least: int = 0) -> int | None:
         jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError:
         return None
-    _cpu_devices_for_populations = count
+    _cpu_devices_set = count
     return count
 
 
@@ -45,12 +46,12 @@ def select_devices(cfg, distributed=None) -> list:
 
     `cpu_devices=N` simulates N CPU devices per process (a laptop can try pmap and sharded).
     """
-    global _cpu_devices_raised
+    global _cpu_devices_set
     n = cfg.cpu_devices
     if n is not None:
         try:
             jax.config.update("jax_num_cpu_devices", n)
-            _cpu_devices_raised = n > 1
+            _cpu_devices_set = n
         except RuntimeError:
             pass  # JAX already started in this process; the devices it has decide below
     if distributed is not None:
@@ -63,7 +64,7 @@ def select_devices(cfg, distributed=None) -> list:
                             "give every process the same parallel.cpu_devices (or the same accelerators).")
         return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))  # contiguous per process
     if n is None:
-        if (_cpu_devices_for_populations or _cpu_devices_raised) and jax.default_backend() == "cpu":
+        if _cpu_devices_set and jax.default_backend() == "cpu":
             return jax.local_devices()[:1]  # the extra devices are a population's or an earlier run's: one, as alone
         return jax.local_devices()
     if jax.default_backend() != "cpu":
