@@ -44,6 +44,44 @@ def test_catalog_dataset_offline_says_what_to_do(make_cfg, tmp_path, monkeypatch
     assert calls == ([False, True] if resolves else [False])  # prepared data first, then a download if any
 
 
+def _stand_in_for_mnist(make_cfg, data_dir):
+    """zoo_digits is a registered TFDS builder like mnist: the same download call, with nothing to fetch."""
+    return make_cfg("dataset=mnist", "dataset.tfds_name=zoo_digits", f"paths.data_dir={data_dir}").dataset
+
+
+def test_a_catalog_download_prepares_a_format_read_without_tensorflow(make_cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    train_source, test_source = sources._open_catalog(_stand_in_for_mnist(make_cfg, tmp_path), str(tmp_path))
+    assert (len(train_source), len(test_source)) == (1438, 359)
+    [info] = (tmp_path / "zoo_digits").rglob("dataset_info.json")
+    assert json.loads(info.read_text())["fileFormat"] == "array_record"
+
+
+def test_a_catalog_dataset_prepared_as_tfrecord_is_named_as_such(make_cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    cfg = _stand_in_for_mnist(make_cfg, tmp_path)
+    sources._open_catalog(cfg, str(tmp_path))
+    [info] = (tmp_path / "zoo_digits").rglob("dataset_info.json")  # as `tfds.load` would have left it
+    info.write_text(info.read_text().replace('"fileFormat": "array_record"', '"fileFormat": "tfrecord"'))
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    with pytest.raises(UserError, match=r"dataset=mnist in paths\.data_dir=.* is prepared as tfrecord, which "
+                                        r"cannot be read record by record; prepare it again with builder_kwargs="):
+        sources._open_catalog(cfg, str(tmp_path))
+
+
+@pytest.mark.parametrize("overrides,empty", [
+    (("dataset=diabetes", "dataset.test_fraction=0.9999"), "train"),
+    (("dataset=synthetic_linear", "dataset.test_fraction=0.0001"), "test"),
+    (("dataset=synthetic_linear", "dataset.num_examples=1"), "test"),
+], ids=["no-train", "no-test", "one-example"])
+def test_a_split_left_empty_is_refused_before_anything_is_written(make_cfg, tmp_path, overrides, empty):
+    cfg = make_cfg(*overrides, f"paths.data_dir={tmp_path / 'data'}")
+    with pytest.raises(UserError, match=rf"dataset\.test_fraction=\S+ leaves the {empty} split of dataset=\w+ "
+                                        r"\(\d+ examples\) empty; change dataset\.test_fraction"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+    assert not (tmp_path / "data").exists()
+
+
 def test_embedded_splits_are_deterministic_and_disjoint(make_cfg):
     cfg = make_cfg("dataset=digits")
     a, b = load_dataset(cfg.dataset, cfg.paths.data_dir), load_dataset(cfg.dataset, cfg.paths.data_dir)

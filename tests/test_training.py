@@ -220,3 +220,26 @@ def test_packed_metric_sums_unpack_to_what_was_packed(traced):
     for name, value in sums.items():
         np.testing.assert_array_equal(round_trip[name], value)
         assert np.shape(round_trip[name]) == np.shape(value)
+
+
+def _regression_metrics_in_batches(predictions, targets, batch):
+    from zoo.tasks import regression_metrics, regression_sums
+
+    parts = [regression_sums(jnp.asarray(predictions[i:i + batch]), jnp.asarray(targets[i:i + batch]),
+                             jnp.ones(len(targets[i:i + batch]), jnp.float32)) for i in range(0, len(targets), batch)]
+    return regression_metrics({k: sum(np.asarray(p[k], np.float64) for p in parts) for k in parts[0]})
+
+
+def test_r2_from_batch_sums_equals_scikit_learns_and_is_nan_when_rounding_is_all_there_is():
+    from sklearn.metrics import r2_score
+
+    rng = np.random.default_rng(0)
+    targets = rng.normal(3.0, 2.0, (1000, 1)).astype(np.float32)
+    predictions = (targets + rng.normal(0, 1.0, targets.shape)).astype(np.float32)
+    for batch in (7, 256, 1000):
+        r2 = _regression_metrics_in_batches(predictions, targets, batch)["r2"]
+        assert abs(r2 - r2_score(targets, predictions)) < 1e-5, (batch, r2)
+    one = _regression_metrics_in_batches(predictions[:1] + 1, targets[:1] * 1.001, 1)
+    assert one["count"] == 1 and np.isnan(one["r2"])  # no variance in one example: sst is float32 rounding
+    shifted = _regression_metrics_in_batches(predictions + 1e4, targets + 1e4, 256)  # spread 2, mean 1e4
+    assert np.isnan(shifted["r2"])  # float32 sums cannot resolve this spread; a number would be noise

@@ -34,6 +34,9 @@ def classification_metrics(sums: dict) -> dict:
     return {"loss": float(sums["loss_sum"]) / n, "accuracy": float(sums["correct"]) / n, "count": int(n)}
 
 
+SST_RESOLUTION = 1e-5
+
+
 def regression_metrics(sums: dict) -> dict:
     n = float(sums["count"])
     if n == 0:  # as above
@@ -41,8 +44,11 @@ def regression_metrics(sums: dict) -> dict:
     y_sum, y_sq = np.asarray(sums["y_sum"], np.float64), np.asarray(sums["y_sq_sum"], np.float64)
     sse = float(sums["loss_sum"])
     sst = float(np.sum(y_sq - y_sum**2 / n))
+    # The float32 sums carry ~1e-7 of sum(y^2) in rounding: an SST near that (one example, constant targets,
+    # or a mean thousands of times the spread) is rounding, not variance, and R^2 of it would be noise.
+    resolved = sst > SST_RESOLUTION * float(np.sum(y_sq))
     return {"loss": sse / n, "mse": sse / (n * y_sum.size), "mae": float(sums["abs_err_sum"]) / (n * y_sum.size),
-            "r2": 1.0 - sse / sst if sst > 0 else float("nan"), "count": int(n)}
+            "r2": 1.0 - sse / sst if resolved else float("nan"), "count": int(n)}
 
 
 @dataclass(frozen=True)

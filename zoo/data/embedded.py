@@ -38,6 +38,10 @@ class _ArrayBuilder(tfds.core.GeneratorBasedBuilder):
     def arrays(self):
         """Return all examples as (x, y) numpy arrays."""
 
+    def split_sizes(self) -> dict:
+        """{'train': n, 'test': n} that preparing would write."""
+        return {name: len(idx) for name, idx in _split_indices(len(self.arrays()[0]), self.test_fraction).items()}
+
     def _info(self):
         y_shape, y_dtype = self.y_spec
         features = tfds.features.FeaturesDict({

@@ -18,6 +18,8 @@ from zoo.errors import Interrupted, UserError
 tfds.disable_progress_bar()
 SPLITS = ("train", "test")
 PROBE_HOST = "storage.googleapis.com"  # TFDS's own bucket and the MNIST mirror
+# Given a data_dir, TFDS prepares tfrecord by default: writing it needs TensorFlow, and it has no random access.
+RANDOM_ACCESS = {"file_format": "array_record"}
 
 
 def _embedded_kwargs(cfg) -> dict:
@@ -35,6 +37,8 @@ def _prepare_embedded(cfg, data_dir: str):
         raise UserError(f"dataset.tfds_name={cfg.tfds_name} is not an embedded dataset ({names}); set "
                         "dataset.embedded=false to read a TFDS catalog dataset.")
     builder = BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
+    if not builder.is_prepared():
+        _refuse_an_empty_split(cfg, builder)
     try:
         os.makedirs(data_dir, exist_ok=True)
         builder.download_and_prepare(file_format="array_record")
@@ -48,6 +52,17 @@ def _prepare_embedded(cfg, data_dir: str):
         raise Interrupted(f"interrupted while preparing dataset={cfg.name} in paths.data_dir={data_dir}; nothing "
                           "half-written was kept and the next run prepares it again.") from None
     return builder
+
+
+def _refuse_an_empty_split(cfg, builder) -> None:
+    """TFDS refuses to write an empty split only after it has created the dataset's directory, with a traceback."""
+    sizes = builder.split_sizes()
+    empty = [split for split, size in sizes.items() if size == 0]
+    if empty:
+        generated = " or dataset.num_examples" if cfg.tfds_name == "zoo_synthetic_linear" else ""
+        raise UserError(f"dataset.test_fraction={cfg.test_fraction} leaves the {empty[0]} split of "
+                        f"dataset={cfg.name} ({sum(sizes.values())} examples) empty; change dataset.test_fraction"
+                        f"{generated} so that each split keeps at least one example.")
 
 
 def _network_reachable(timeout: float = 5.0) -> bool:
@@ -73,16 +88,33 @@ def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
         f"dataset={cfg.name} is not prepared in paths.data_dir={data_dir} and could not be downloaded "
         f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'no detail'}); on a machine "
         f"with internet run `python -c \"import tensorflow_datasets as tfds; tfds.data_source('{cfg.tfds_name}', "
-        f"data_dir='DIR')\"`, copy DIR/{cfg.tfds_name} into paths.data_dir, or pick an embedded dataset "
+        f"data_dir='DIR', builder_kwargs={RANDOM_ACCESS})\"`, copy DIR/{cfg.tfds_name} into paths.data_dir, or pick an embedded dataset "
         "(dataset=digits|diabetes|synthetic_linear).")
+
+
+def _refuse_prepared_without_random_access(cfg, data_dir: str) -> None:
+    """A copy prepared the usual TFDS way (`tfds.load`, `tfds build`) is tfrecord: it exists, but cannot be
+    read record by record, and downloading again would only meet it."""
+    try:
+        builder = tfds.builder(cfg.tfds_name, data_dir=data_dir)
+        prepared, file_format = builder.is_prepared(), builder.info.file_format
+    except Exception:  # noqa: BLE001 — nothing readable there: the download decides
+        return
+    if prepared and file_format is not None and file_format.value != RANDOM_ACCESS["file_format"]:
+        raise UserError(f"dataset={cfg.name} in paths.data_dir={data_dir} is prepared as {file_format.value}, "
+                        "which cannot be read record by record; prepare it again with builder_kwargs="
+                        f"{RANDOM_ACCESS} (or delete {os.path.join(data_dir, cfg.tfds_name)}), or set "
+                        "paths.data_dir to another directory.")
 
 
 def _open_catalog(cfg, data_dir: str):
     """Prepared data first (no network needed); download only when it is missing."""
     try:
-        return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=False)
+        return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=False,
+                                builder_kwargs=RANDOM_ACCESS)
     except Exception:  # not prepared (tfds raises several types); try to download below
         pass
+    _refuse_prepared_without_random_access(cfg, data_dir)
     try:
         tfds.builder_cls(cfg.tfds_name)
     except tfds.core.registered.DatasetNotFoundError:
@@ -93,7 +125,8 @@ def _open_catalog(cfg, data_dir: str):
     if not _network_reachable():
         raise _catalog_error(cfg, data_dir, ConnectionError(f"no network: {PROBE_HOST} does not resolve"))
     try:
-        return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=True)
+        return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=True,
+                                builder_kwargs=RANDOM_ACCESS)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while downloading dataset={cfg.name} into paths.data_dir={data_dir}; "
                           "nothing half-written is used and the next run downloads it again.") from None
