@@ -69,6 +69,28 @@ def test_a_catalog_dataset_prepared_as_tfrecord_is_named_as_such(make_cfg, tmp_p
         sources._open_catalog(cfg, str(tmp_path))
 
 
+def test_preparing_a_catalog_dataset_runs_tfds_own_builder_and_says_when_it_needs_tensorflow(make_cfg, tmp_path,
+                                                                                            monkeypatch):
+    """TFDS's real mnist builder on local files of the raw format; only the download itself is replaced."""
+    files = {}
+    for split, n in (("train", 60000), ("test", 10000)):
+        files[f"{split}_data"], files[f"{split}_labels"] = tmp_path / f"{split}_x", tmp_path / f"{split}_y"
+        files[f"{split}_data"].write_bytes(bytes(16) + bytes(n * 784))
+        files[f"{split}_labels"].write_bytes(bytes(8) + (np.arange(n) % 10).astype(np.uint8).tobytes())
+    monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract", lambda self, urls: files)
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    cfg = make_cfg("dataset=mnist", f"paths.data_dir={tmp_path / 'data'}").dataset
+    try:
+        import tensorflow  # noqa: F401 — the machine that prepares catalog datasets has it
+    except ModuleNotFoundError:
+        with pytest.raises(UserError, match=r"preparing dataset=mnist runs TFDS's own mnist builder, which reads the "
+                                            r"downloaded files with TensorFlow: `pip install tensorflow-cpu`"):
+            sources._open_catalog(cfg, str(tmp_path / "data"))
+    else:
+        train_source, test_source = sources._open_catalog(cfg, str(tmp_path / "data"))
+        assert (len(train_source), len(test_source)) == (60000, 10000)
+
+
 @pytest.mark.parametrize("overrides,empty", [
     (("dataset=diabetes", "dataset.test_fraction=0.9999"), "train"),
     (("dataset=synthetic_linear", "dataset.test_fraction=0.0001"), "test"),

@@ -63,10 +63,15 @@ def test_hydra_refuses_unknown_options_keys_and_types(make_cfg, override, fragme
     assert fragment in str(err.value) + str(err.value.__cause__)
 
 
-def test_a_key_added_with_plus_is_refused_not_ignored(make_cfg):
-    with pytest.raises(UserError, match=r"trainer\.epoch is not a setting; remove it or fix its spelling "
-                                        r"\(settings of trainer: epochs, "):
-        train(make_cfg("debug=smoke", "+trainer.epoch=3"))
+@pytest.mark.parametrize("override,message", [
+    ("+trainer.epoch=3", r"trainer\.epoch is not a setting; remove it or fix its spelling \(settings of trainer: "
+                         r"epochs, "),
+    ("+trainer.early_stopping.patince=1", r"trainer\.early_stopping\.patince is not a setting; remove it or fix "
+                                          r"its spelling \(settings of trainer\.early_stopping: patience, "),
+], ids=["group", "nested-group"])
+def test_a_key_added_with_plus_is_refused_not_ignored(make_cfg, override, message):
+    with pytest.raises(UserError, match=message):
+        train(make_cfg("debug=smoke", override))
 
 
 # --- Values refused before any JAX work, or before compiling (exit 2) ------------------------------------------

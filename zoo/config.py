@@ -202,7 +202,7 @@ def is_positive_finite(value) -> bool:
 def check_known_keys(cfg: DictConfig, schema_class) -> None:
     """Hydra's own hint for a misspelt key is `+key=value`, which adds it unchecked; refuse it here instead."""
     for prefix, known in _known_keys(schema_class).items():
-        node = cfg.get(prefix[:-1]) if prefix else cfg
+        node = OmegaConf.select(cfg, prefix[:-1]) if prefix else cfg
         extra = sorted(set(node or ()) - set(known))
         _require(not extra, f"{prefix}{extra[0] if extra else ''} is not a setting; remove it or fix its spelling "
                  f"(settings {'of ' + prefix[:-1] if prefix else 'at the top level'}: {', '.join(known)}).")
@@ -212,10 +212,15 @@ def check_known_keys(cfg: DictConfig, schema_class) -> None:
 def _known_keys(schema_class) -> dict:
     """The settings at the top level ('') and in each typed group ('trainer.', ...) of a schema: built once, as
     building the structured config costs ~10 ms, paid by every job of a sweep."""
-    schema = OmegaConf.structured(schema_class)
-    typed = [k for k in schema if not OmegaConf.is_missing(schema, k) and isinstance(schema[k], DictConfig)
-             and OmegaConf.get_type(schema[k]) is not dict]
-    return {"": list(schema), **{f"{k}.": list(schema[k]) for k in typed}}
+    def typed_groups(node: DictConfig, prefix: str) -> dict:
+        groups = {prefix: list(node)}
+        for k in node:
+            if not OmegaConf.is_missing(node, k) and isinstance(node[k], DictConfig) and \
+                    OmegaConf.get_type(node[k]) is not dict:  # nested ones too: trainer.early_stopping.
+                groups.update(typed_groups(node[k], f"{prefix}{k}."))
+        return groups
+
+    return typed_groups(OmegaConf.structured(schema_class), "")
 
 
 def validate_placement(cfg: DictConfig) -> None:

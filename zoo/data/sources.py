@@ -18,7 +18,7 @@ from zoo.errors import Interrupted, UserError
 tfds.disable_progress_bar()
 SPLITS = ("train", "test")
 PROBE_HOST = "storage.googleapis.com"  # TFDS's own bucket and the MNIST mirror
-# Given a data_dir, TFDS prepares tfrecord by default: writing it needs TensorFlow, and it has no random access.
+# Given a data_dir, TFDS prepares tfrecord by default, which has no random access.
 RANDOM_ACCESS = {"file_format": "array_record"}
 
 
@@ -87,7 +87,7 @@ def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
     return UserError(
         f"dataset={cfg.name} is not prepared in paths.data_dir={data_dir} and could not be downloaded "
         f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'no detail'}); on a machine "
-        f"with internet run `python -c \"import tensorflow_datasets as tfds; tfds.data_source('{cfg.tfds_name}', "
+        f"with internet and TensorFlow run `python -c \"import tensorflow_datasets as tfds; tfds.data_source('{cfg.tfds_name}', "
         f"data_dir='DIR', builder_kwargs={RANDOM_ACCESS})\"`, copy DIR/{cfg.tfds_name} into paths.data_dir, or pick an embedded dataset "
         "(dataset=digits|diabetes|synthetic_linear).")
 
@@ -130,6 +130,13 @@ def _open_catalog(cfg, data_dir: str):
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while downloading dataset={cfg.name} into paths.data_dir={data_dir}; "
                           "nothing half-written is used and the next run downloads it again.") from None
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("tensorflow") or (e.name or "").startswith("tensorflow_datasets"):
+            raise _catalog_error(cfg, data_dir, e) from None
+        raise UserError(f"preparing dataset={cfg.name} runs TFDS's own {cfg.tfds_name} builder, which reads the "
+                        "downloaded files with TensorFlow: `pip install tensorflow-cpu` once to prepare it (reading "
+                        f"the prepared copy does not need it), or copy {cfg.tfds_name}/ prepared as array_record elsewhere into "
+                        f"paths.data_dir={data_dir}.") from None
     except Exception as e:  # tfds raises many types for "no network"
         raise _catalog_error(cfg, data_dir, e) from None
 
