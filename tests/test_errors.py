@@ -106,7 +106,17 @@ BAD_VALUES = [
                              r"'count'\] or null\."),
     ("schedule=warmup_cosine", r"schedule\.warmup_steps=50 must be smaller than the run's 6 steps"),
     ("schedule=warmup_cosine schedule.warmup_steps=-5", r"schedule\.warmup_steps must be an integer >= 0, got -5\."),
-    ("seed=-1", r"seed must be an integer >= 0, got seed=-1\."),
+    ("seed=-1", r"seed must be an integer in \[0, 2\*\*32\), got seed=-1\."),
+    ("seed=4294967296", r"seed must be an integer in \[0, 2\*\*32\), got seed=4294967296\."),
+    ("model=cnn model.batch_norm=flase", r"model\.batch_norm must be true or false, got 'flase'\."),
+    ("optimizer=sgd optimizer.nesterov=maybe", r"optimizer\.nesterov must be true or false, got 'maybe'\."),
+    ("+optimizer.b1=abc", r"optimizer\.b1 must be a number, got 'abc'\."),
+    ("+model.dropuot=0.1", r"model\.dropuot is not a parameter of zoo\.models\.MLP; remove it or fix its spelling "
+                           r"\(its parameters: hidden, activation, dropout\)\."),
+    ("schedule=warmup_cosine +schedule.peak_value=0.5", r"schedule\.peak_value is set from optimizer\.learning_rate; "
+                                                        r"remove schedule\.peak_value\."),
+    ("schedule=warmup_cosine schedule.end_value=-1", r"schedule\.end_value must be a finite learning rate >= 0, "
+                                                     r"got -1\."),
     ("optimizer.weight_decay=-0.1", r"optimizer\.weight_decay must be >= 0, got -0\.1\."),
     ("optimizer=sgd optimizer.momentum=1.0", r"optimizer\.momentum must be in \[0, 1\), got 1\.0\."),
     ("optimizer._target_=builtins.eval", r"optimizer names _target_='builtins\.eval', which is not allowed; only "

@@ -9,7 +9,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from zoo.errors import UserError
 from zoo.privacy.config import PrivacyConfig, validate_privacy
-from zoo.targets import check_targets
+from zoo.targets import check_arguments, check_targets
 
 PARALLEL_MODES = ("none", "pmap", "sharded")
 MAX_CPU_DEVICES = 512  # simulated devices cost memory and start-up time; beyond this a typo is likelier than intent
@@ -258,7 +258,8 @@ def validate(cfg: DictConfig) -> None:
     _require(c.keep_best >= 0, f"checkpoint.keep_best must be >= 0, got {c.keep_best}.")
     _require(c.mode in (None, "max", "min"), f"checkpoint.mode must be max, min or null, got {c.mode!r}.")
     _require(t.nan_check in ("log", "step"), f"trainer.nan_check must be 'log' or 'step', got {t.nan_check!r}.")
-    _require(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be an integer >= 0, got seed={cfg.seed!r}.")
+    _require(isinstance(cfg.seed, int) and 0 <= cfg.seed < 2**32,  # JAX keys hold 32 bits of it
+             f"seed must be an integer in [0, 2**32), got seed={cfg.seed!r}.")
     lr = cfg.optimizer.get("learning_rate")
     _require(is_positive_finite(lr), f"optimizer.learning_rate must be a positive finite number, got {lr!r}.")
     for key, low, high in (("weight_decay", 0.0, None), ("momentum", 0.0, 1.0)):  # optax accepts any float
@@ -283,11 +284,22 @@ def validate(cfg: DictConfig) -> None:
     validate_placement(cfg)
     for group in ("model", "optimizer", "schedule"):  # before any of them is instantiated
         check_targets(cfg[group], group)
+        if cfg[group] is not None and cfg[group].get("_target_") is not None:
+            check_arguments(cfg[group], group, ZOO_SET_ARGUMENTS[group])
+    for key, value in (cfg.schedule or {}).items():
+        _require(not key.endswith("_value") or (is_number(value) and 0 <= value < math.inf),
+                 f"schedule.{key} must be a finite learning rate >= 0, got {value!r}.")
     _validate_model(cfg.model)
     _validate_metrics(cfg)
     validate_privacy(cfg)
 
 
+ZOO_SET_ARGUMENTS = {  # what the zoo passes to each group's _target_ itself
+    "model": {"input_shape": "the dataset", "out_features": "the dataset", "rngs": "seed"},
+    "optimizer": {},
+    "schedule": {"peak_value": "optimizer.learning_rate", "decay_steps": "the run's length (trainer.epochs, "
+                 "trainer.max_steps)"},
+}
 GENERATOR_KEYS = ("num_examples", "num_features", "noise")
 
 

@@ -94,6 +94,47 @@ def check_targets(node, where: str = "", refusal=_refusal) -> None:
             check_targets(value, f"{where}[{i}]", refusal)
 
 
+def check_arguments(node: DictConfig, where: str, set_by_zoo: dict) -> None:
+    """Each setting of a `_target_` group must be a parameter of what it builds, and true/false or a number where
+    that parameter is one: Hydra types only the zoo's own groups, so `batch_norm=flase` would arrive as a truthy
+    string. `set_by_zoo` maps the parameters the zoo fills to what decides them. Call after `check_targets`."""
+    target = node.get("_target_")
+    obj = _resolve_loaded(target)
+    # An nnx.Module class's own signature is its metaclass's (*args, **kwargs); its __init__ says what it takes.
+    parameters = dict(inspect.signature(obj.__init__ if inspect.isclass(obj) else obj).parameters)
+    parameters.pop("self", None)
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    for key, value in node.items():
+        if key.startswith("_"):  # Hydra's own: _target_, _partial_, _args_, ...
+            continue
+        if key in set_by_zoo:
+            raise UserError(f"{where}.{key} is set from {set_by_zoo[key]}; remove {where}.{key}.")
+        if key not in parameters:
+            if open_ended:
+                continue
+            names = ", ".join(k for k, p in parameters.items() if k not in set_by_zoo and p.kind is not
+                              inspect.Parameter.VAR_POSITIONAL)
+            raise UserError(f"{where}.{key} is not a parameter of {target}; remove it or fix its spelling "
+                            f"({f'its parameters: {names}' if names else 'it takes none'}).")
+        kind, ok = _kind(parameters[key]), True
+        if value is not None and kind == "bool":
+            ok = isinstance(value, bool)
+        elif value is not None and kind == "number":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not ok:
+            raise UserError(f"{where}.{key} must be {'true or false' if kind == 'bool' else 'a number'}, "
+                            f"got {value!r}.")
+
+
+def _kind(parameter: inspect.Parameter) -> str | None:
+    annotation, default = parameter.annotation, parameter.default
+    if annotation in (bool, "bool") or isinstance(default, bool):
+        return "bool"
+    if annotation in (int, float, "int", "float") or (isinstance(default, (int, float)) and default is not None):
+        return "number"
+    return None
+
+
 def safe_instantiate(node: DictConfig, where: str, refusal=_refusal, **kwargs):
     check_targets(node, where, refusal)
     try:
