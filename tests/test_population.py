@@ -19,6 +19,7 @@ from zoo.data.feed import fold_mask
 from zoo.errors import UserError
 from zoo.loop import NonFiniteLoss
 import zoo.population.train as population_train
+import zoo.train
 from zoo.population.grouping import group_indices
 from zoo.population.program import PopulationProgram
 from zoo.population.train import member_hyperparameters, train_population
@@ -362,3 +363,19 @@ def test_a_member_with_a_bad_value_fails_alone(make_cfg):
     outcomes = train_population(cfgs)
     assert isinstance(outcomes[1], UserError) and "optimizer.learning_rate must be a positive" in str(outcomes[1])
     assert outcomes[0]["population"]["members"] == outcomes[2]["population"]["members"] == 2
+
+
+def test_a_member_resumed_ahead_of_the_others_mid_log_interval_equals_its_solo_run(make_cfg, monkeypatch):
+    """Member 0 alone was preempted at step 6, inside the log interval 4..8: in the population it waits (masked,
+    untrained) until the others reach step 6, and its first log still covers the whole interval."""
+    longer = ["optimizer=sgd", "trainer.log_every=4", "trainer.steps_per_call=2", "trainer.max_steps=24"]
+    cfgs = configs(make_cfg, "wait", *longer, grid=GRID[:2])
+    name = pathlib.Path(cfgs[0].paths.output_dir).name
+    with monkeypatch.context() as patch:
+        patch.setattr(zoo.train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(3)))
+        with pytest.raises(Preempted):
+            train(make_cfg(*SMALL, *longer, "optimizer.learning_rate=0.05", "seed=0", out=name))
+    outcomes = train_population(cfgs)
+    solo = make_cfg(*SMALL, *longer, "optimizer.learning_rate=0.05", "seed=0", out="solo")
+    assert outcomes[0]["start_step"] == 6 and outcomes[0]["test"] == train(solo)["test"]
+    assert_same_trajectory(cfgs[0].paths.output_dir, solo.paths.output_dir)

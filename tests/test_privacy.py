@@ -1,6 +1,7 @@
 """DP-SGD: per-example gradients, clipping and noise, Poisson sampling, the accountant, modes and resume."""
 import json
 import math
+import re
 import signal
 
 import dp_accounting
@@ -297,8 +298,9 @@ def test_resumed_dp_run_is_bitwise_identical_to_uninterrupted(make_cfg, monkeypa
         patch.setattr(RunLogger, "progress", sigterm_at_step_5)
         with pytest.raises(Preempted):
             train(make_cfg(*common, out="resumed"))
-    with pytest.raises(UserError, match="privacy.noise_multiplier"):  # another noise: other steps accounted
-        train(make_cfg(*common, "privacy.noise_multiplier=2.0", out="resumed"))
+    for changed in ("privacy.noise_multiplier=2.0", "seed=1", "trainer.batch_size=8", "trainer.max_steps=10"):
+        with pytest.raises(UserError, match=re.escape(changed.split("=")[0])):  # other steps were accounted
+            train(make_cfg(*common, changed, out="resumed"))
     resumed = train(make_cfg(*common, out="resumed"))
     assert resumed["start_step"] == 5
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(whole["state"]), jax.tree.leaves(resumed["state"])))
@@ -362,3 +364,13 @@ def test_runs_without_privacy_do_not_import_the_accountant(make_cfg, data_dir, t
                           timeout=180)
     assert done.returncode == 0 and (tmp_path / "run" / "results.json").exists(), done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_batch_bound_holds_for_the_neighbouring_dataset_of_one_more_example():
+    from scipy import stats
+
+    from zoo.privacy.sampling import max_batch_size
+
+    rows, p = max_batch_size(100, 0.5, 10, 1e-6)
+    assert p <= 1e-6 and 10 * stats.binom.sf(rows, 101, 0.5) <= 1e-6  # 101: the neighbour may hold one more
+    assert 10 * stats.binom.sf(rows - 1, 101, 0.5) > 1e-6  # and no fewer rows would do

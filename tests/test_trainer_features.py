@@ -96,6 +96,8 @@ def test_min_delta_decides_what_counts_as_an_improvement():
     assert (stopping.best, stopping.best_step, stopping.stopped_step) == (0.65, 3, 5)
     lower = EarlyStopping(patience=1, min_delta=0.0, metric="loss", mode="min")
     assert [lower.update(s, {"loss": v}) for s, v in [(1, 2.0), (2, 1.5), (3, 1.5)]] == [False, False, True]
+    by_a_margin = EarlyStopping(patience=1, min_delta=0.1, metric="loss", mode="min")  # 0.95 is not 0.1 below 1
+    assert [by_a_margin.update(s, {"loss": v}) for s, v in [(1, 1.0), (2, 0.95)]] == [False, True]
 
 
 def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, tmp_path):

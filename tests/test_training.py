@@ -243,3 +243,23 @@ def test_r2_from_batch_sums_equals_scikit_learns_and_is_nan_when_rounding_is_all
     assert one["count"] == 1 and np.isnan(one["r2"])  # no variance in one example: sst is float32 rounding
     shifted = _regression_metrics_in_batches(predictions + 1e4, targets + 1e4, 256)  # spread 2, mean 1e4
     assert np.isnan(shifted["r2"])  # float32 sums cannot resolve this spread; a number would be noise
+
+
+def test_each_step_draws_its_own_dropout_masks(make_cfg):
+    run = build(make_cfg("debug=smoke", "model=mlp", "model.dropout=0.5", "optimizer=sgd", "optimizer.momentum=0.0"))
+    compiled, mode = run.compiled, run.compiled.mode
+    data, rows = run.feed.args(0, 1, pad_to=1)
+    losses = []
+    for step in (0, 1):  # the same parameters and batch: only the step, and so its dropout key, differs
+        state = jax.tree.map(np.array, run.host_state).replace(step=np.int32(step))
+        _, acc = compiled.train(mode.put_state(state), compiled.put_sums(compiled.zero_sums), data, rows)
+        losses.append(float(compiled.get_sums(acc)["loss_sum"]))
+    assert losses[0] != losses[1]
+
+
+def test_the_last_partial_log_interval_is_logged_with_its_own_examples(make_cfg, tmp_path):
+    results = train(make_cfg("debug=smoke", "trainer.max_steps=5", "trainer.log_every=2", "checkpoint.enabled=false"))
+    records = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    train_records = [(r["step"], r["count"]) for r in records if r["split"] == "train"]
+    assert train_records == [(2, 32), (4, 32), (5, 16)]  # batch 16: each interval counts its own steps only
+    assert results["train"]["count"] == 16
