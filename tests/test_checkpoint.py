@@ -135,6 +135,18 @@ def test_eval_picks_latest_and_steps(make_cfg, tmp_path):
         evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=5"))
 
 
+@pytest.mark.parametrize("batch_size,rows", [(5, 5), (10**6, 359)], ids=["small", "larger-than-the-split"])
+def test_eval_batches_are_trainer_batch_size_up_to_the_split(make_cfg, tmp_path, monkeypatch, batch_size, rows):
+    final = train(make_cfg("debug=smoke"))["test"]
+    sizes = []
+    real = zoo.train.eval_batches
+    monkeypatch.setattr(zoo.train, "eval_batches", lambda split, size: sizes.append(size) or real(split, size))
+    evaluated = evaluate(eval_cfg(make_cfg, tmp_path / "run", f"trainer.batch_size={batch_size}"))
+    assert sizes == [rows] and evaluated["metrics"]["count"] == 359  # a larger batch would only be padding
+    assert evaluated["metrics"]["accuracy"] == final["accuracy"]
+    np.testing.assert_allclose(evaluated["metrics"]["loss"], final["loss"], rtol=1e-6)
+
+
 # The best checkpoint follows its metric's direction, whatever the task's objective is.
 BEST_BY = [("digits", "accuracy", max), ("diabetes", "r2", max), ("diabetes", "mae", min), ("diabetes", "loss", min)]
 
@@ -220,6 +232,19 @@ def test_changed_model_or_resume_never_is_refused(make_cfg):
         train(make_cfg("debug=smoke", "model.hidden=[32]"))
     with pytest.raises(UserError, match=r"already holds checkpoints .* trainer\.resume=never"):
         train(make_cfg("debug=smoke", "trainer.resume=never"))
+
+
+def test_an_interrupted_run_resumed_under_another_learning_rate_says_so(make_cfg, monkeypatch, caplog):
+    common = ["debug=smoke", "trainer.max_steps=8", "trainer.log_every=1", "trainer.checkpoint_every=2"]
+    with monkeypatch.context() as patch:
+        stop_at_step(patch, 3, signal.SIGTERM)
+        with pytest.raises(Preempted):
+            train(make_cfg(*common))
+    with caplog.at_level("WARNING", logger="zoo"):
+        resumed = train(make_cfg(*common, "optimizer.learning_rate=1e-4"))
+    assert resumed["start_step"] == 3
+    assert "the steps before 3 were trained with other settings than this command's: optimizer.learning_rate " \
+           "(0.001 -> 0.0001)" in caplog.text
 
 
 def test_ctrl_c_saves_and_stops_and_a_second_one_stops_at_once(make_cfg, tmp_path, monkeypatch):

@@ -88,7 +88,9 @@ BAD_VALUES = [
     ("model.dropout=1.0", r"model\.dropout must be in \[0, 1\), got 1\.0\."),
     ("model.dropout=-0.1", r"model\.dropout must be in \[0, 1\), got -0\.1\."),
     ("model.hidden=[0]", r"model\.hidden must be a list of positive layer widths, got \[0\]\."),
-    ("model.activation=relux", r"model\.activation must name a function in jax\.nn .*got 'relux'\."),
+    ("model.activation=relux", r"model\.activation must name an elementwise activation of jax\.nn \(relu, relu6, "
+                               r"gelu, .*\), got 'relux'\."),
+    ("model.activation=glu", r"model\.activation must name an elementwise activation of jax\.nn .*got 'glu'\."),
     ("model=cnn model.channels=[]", r"model\.channels must be a non-empty list of positive channel counts"),
     ("model=cnn dataset=diabetes", r"model=cnn cannot be built for dataset=diabetes \(inputs \(10,\)\): .*"
                                    r"model=linear and model=mlp take any input\."),
@@ -107,6 +109,9 @@ BAD_VALUES = [
     ("schedule=warmup_cosine", r"schedule\.warmup_steps=50 must be smaller than the run's 6 steps"),
     ("schedule=warmup_cosine schedule.warmup_steps=-5", r"schedule\.warmup_steps must be an integer >= 0, got -5\."),
     ("seed=-1", r"seed must be an integer in \[0, 2\*\*32\), got seed=-1\."),
+    ("trainer.early_stopping.patience=1 trainer.eval_every=4",
+     r"trainer\.early_stopping\.patience=1 needs more than 1 periodic evals, and trainer\.eval_every=4 gives 1 in "
+     r"the run's 6 steps; lower trainer\.eval_every or trainer\.early_stopping\.patience\."),
     ("seed=4294967296", r"seed must be an integer in \[0, 2\*\*32\), got seed=4294967296\."),
     ("model=cnn model.batch_norm=flase", r"model\.batch_norm must be true or false, got 'flase'\."),
     ("optimizer=sgd optimizer.nesterov=maybe", r"optimizer\.nesterov must be true or false, got 'maybe'\."),

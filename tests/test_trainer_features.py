@@ -109,6 +109,9 @@ def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, t
     assert results["early_stopping"] == {"best": at_2["loss"], "best_step": 2, "bad_evals": 2, "stopped_step": 6,
                                          "best_checkpoint_step": 2}
     assert results["test"] == {k: v for k, v in at_2.items() if k not in ("step", "split")}
+    final = [r for r in logged if r.get("final")]  # the best checkpoint's evals, at its step: one result a step
+    assert [(r["split"], r["step"]) for r in final] == [("test", 2)]
+    assert {k: v for k, v in final[0].items() if k != "final"} == at_2
     evaluated = evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="eval"))  # checkpoint=final
     assert (evaluated["step"], evaluated["metrics"]) == (2, results["test"])  # what results.json reports
     assert evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", "checkpoint=latest", config_name="eval"))["step"] == 6

@@ -263,3 +263,10 @@ def test_the_last_partial_log_interval_is_logged_with_its_own_examples(make_cfg,
     train_records = [(r["step"], r["count"]) for r in records if r["split"] == "train"]
     assert train_records == [(2, 32), (4, 32), (5, 16)]  # batch 16: each interval counts its own steps only
     assert results["train"]["count"] == 16
+
+
+def test_a_max_steps_beyond_the_epochs_is_named_in_a_warning(make_cfg, caplog):
+    with caplog.at_level("WARNING", logger="zoo"):
+        results = train(make_cfg("debug=smoke", "trainer.max_steps=500", "trainer.eval_every=0", "logger=quiet"))
+    assert results["steps"] == 89  # debug=smoke: one epoch of 1438 examples in batches of 16
+    assert "trainer.max_steps=500 is more than trainer.epochs=1 give (89 steps of 89 an epoch)" in caplog.text

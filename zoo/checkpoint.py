@@ -173,6 +173,11 @@ class Checkpoints:
 
     def close(self) -> None:
         """Finish background writes; after a write failure was reported, only release what can be released."""
+        # orbax's close() does not wait for the clean-up of killed saves' leftovers that opening started: a run
+        # refused right after opening would exit under it, and that thread would log a traceback at shutdown
+        cleanup = getattr(self.manager, "_cleanup_tmp_directory_future", None)
+        if cleanup is not None:
+            cleanup.result()
         if not self._failed:
             self._surface_errors(self.manager.close, self._pending)
             return

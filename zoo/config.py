@@ -359,8 +359,15 @@ def _validate_model(m: DictConfig) -> None:
     if "activation" in m:
         import jax.nn  # the module only; no backend starts
 
-        _require(isinstance(m.activation, str) and callable(getattr(jax.nn, m.activation, None)),
-                 f"model.activation must name a function in jax.nn (relu, gelu, tanh, ...), got {m.activation!r}.")
+        names = [name for name in ELEMENTWISE_ACTIVATIONS if callable(getattr(jax.nn, name, None))]
+        _require(m.activation in names, f"model.activation must name an elementwise activation of jax.nn "
+                 f"({', '.join(names)}), got {m.activation!r}.")
+
+
+# jax.nn also holds functions of whole rows (softmax, glu, one_hot, logsumexp) that no hidden layer can apply
+ELEMENTWISE_ACTIVATIONS = ("relu", "relu6", "gelu", "silu", "swish", "tanh", "sigmoid", "elu", "celu", "selu",
+                           "leaky_relu", "softplus", "soft_sign", "log_sigmoid", "mish", "hard_tanh", "hard_sigmoid",
+                           "hard_silu", "hard_swish", "squareplus", "sparse_plus", "sparse_sigmoid")
 
 
 def _validate_metrics(cfg: DictConfig) -> None:

@@ -1,4 +1,5 @@
 """The train loop and the exact eval loop, shared by every model, dataset and parallel mode."""
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -7,6 +8,8 @@ import jax
 
 from zoo.errors import UserError
 from zoo.parallel.distributed import agree_on_stop
+
+log = logging.getLogger("zoo")
 
 # The cap on steps per call. Calls run to the next log/eval/checkpoint boundary, so the periods set K below
 # it. Longer calls amortise the per-call host work (docs/benchmarks.md: linear 3.4x the naive loop at K=50
@@ -164,7 +167,12 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
 
 
 def total_steps_for(cfg, steps_per_epoch: int) -> int:
+    """trainer.max_steps shortens a run; it never lengthens one past trainer.epochs."""
     total = cfg.epochs * steps_per_epoch
+    if cfg.max_steps and cfg.max_steps > total:
+        log.warning("trainer.max_steps=%d is more than trainer.epochs=%d give (%d steps of %d an epoch): the run "
+                    "trains %d steps; raise trainer.epochs to train longer", cfg.max_steps, cfg.epochs, total,
+                    steps_per_epoch, total)
     return min(total, cfg.max_steps) if cfg.max_steps else total
 
 

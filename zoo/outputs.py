@@ -65,6 +65,9 @@ class RunOutputs:
         drawing child, while this process writes the final checkpoints)."""
         if self._final_logged:
             return
+        # With early stopping the final evals are of the best checkpoint: they are logged at its step, so that no
+        # step holds two different results
+        step = self.results.get("early_stopping", {}).get("best_checkpoint_step", step)
         for split, metrics in split_metrics.items():
             self.logger.log(step, split, metrics, final=True)
         self.logger.close("accuracy" if self.cfg.dataset.task == "classification" else "r2")

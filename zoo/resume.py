@@ -119,6 +119,10 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target):
                         f"it was trained with {settings}: restore those settings or start in a new "
                         "hydra.run.dir.") from None
     log.info("resuming from step %d of %s", step, source.directory)
+    others = changed_settings(_with_defaults(saved_config), current, RESULT_DEFINING)
+    if others:  # allowed (a lower learning rate for the rest of a run, say), but never unsaid
+        log.warning("the steps before %d were trained with other settings than this command's: %s", step,
+                    "; ".join(others))
     return step, tree, meta
 
 

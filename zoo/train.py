@@ -71,9 +71,12 @@ def default_steps_per_call(unroll: bool) -> int:
     return 1 if unroll else DEFAULT_STEPS_PER_CALL
 
 
-def eval_host_batches(data: Dataset, batch_size: int) -> dict:
-    """split -> padded host batches for every eval split, the periodic one (data.eval_split) first."""
+def eval_host_batches(data: Dataset, batch_size: int, multiple: int = 1) -> dict:
+    """split -> padded host batches for every eval split, the periodic one (data.eval_split) first. A batch
+    larger than the largest split shrinks to it (rounded up to `multiple`): padding rows cost memory and time,
+    and one shape for every split keeps a single compiled eval program."""
     periodic_first = sorted((s for s in data.splits if s != "train"), key=lambda s: s != data.eval_split)
+    batch_size = min(batch_size, round_up(max(len(data.splits[s]) for s in periodic_first), multiple))
     return {s: eval_batches(data.splits[s], batch_size) for s in periodic_first}
 
 
@@ -123,7 +126,7 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     train_chunk, eval_step, zero_sums = make_steps(graphdef, task, tx, mode.axis_name, unroll=unroll,
                                                    gradients=gradients)
     eval_step = eval_step_for(cfg, eval_step)
-    host_batches = eval_host_batches(data, round_up(cfg.trainer.eval_batch_size, mode.num_devices))
+    host_batches = eval_host_batches(data, round_up(cfg.trainer.eval_batch_size, mode.num_devices), mode.num_devices)
     treedef = jax.tree.structure(host_state)
     zeros = zero_sums(host_state, host_batches["test"][0])
     packed = PackedSums(zeros)
