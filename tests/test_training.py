@@ -2,6 +2,7 @@
 import functools
 import json
 import pathlib
+import shutil
 import struct
 
 import jax
@@ -119,18 +120,40 @@ def test_run_artifacts(make_cfg, tmp_path):
 
 
 def tensorboard_scalars(directory) -> dict:
-    """(tag, step) -> value, read back from the event files (records: u64 length, u32 crc, data, u32 crc)."""
+    """(tag, step) -> value, read back from the event files (records: u64 length, u32 crc, data, u32 crc) in
+    the order they were written, as TensorBoard does: a SessionLog START at step s drops the events from s on.
+    A (tag, step) written twice is an error: a viewer would show both values."""
     from tensorboardX.proto import event_pb2
 
     scalars = {}
-    for path in pathlib.Path(directory).glob("events.out.tfevents.*"):
+    for path in sorted(pathlib.Path(directory).glob("events.out.tfevents.*")):  # named by their creation time
         data, pos = path.read_bytes(), 0
         while pos < len(data):
             (length,) = struct.unpack("<Q", data[pos:pos + 8])
             event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
             pos += 12 + length + 4
-            scalars.update({(v.tag, event.step): v.simple_value for v in event.summary.value})
+            if event.session_log.status == event_pb2.SessionLog.START:
+                scalars = {key: value for key, value in scalars.items() if key[1] < event.step}
+            for v in event.summary.value:
+                assert (v.tag, event.step) not in scalars, f"{v.tag} at step {event.step} twice"
+                scalars[v.tag, event.step] = v.simple_value
     return scalars
+
+
+def test_tensorboard_drops_what_a_resumed_run_redoes_as_metrics_jsonl_does(make_cfg, tmp_path):
+    common = ["debug=smoke", "logger.tensorboard=true", "trainer.log_every=1", "trainer.checkpoint_every=2",
+              "checkpoint.async_save=false"]
+    train(make_cfg(*common))
+    run = tmp_path / "run"
+    for path in (run / "checkpoints" / "6", run / "results.json"):  # killed after logging step 6, before saving it
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    train(make_cfg(*common, "optimizer.learning_rate=1e-4"))  # redoes steps 5 and 6 otherwise
+    events = read_jsonl(run / "metrics.jsonl")
+    logged = {(f"{e['split']}/{name}", e["step"]): value for e in events for name, value in e.items()
+              if name not in ("step", "split", "count", "final")}
+    scalars = tensorboard_scalars(run / "tensorboard")
+    assert scalars.keys() == logged.keys()
+    np.testing.assert_allclose([scalars[k] for k in logged], list(logged.values()), rtol=1e-6)
 
 
 def test_dropout_masks_drawn_ahead_of_a_call_are_those_its_steps_would_draw(make_cfg, monkeypatch):

@@ -52,7 +52,9 @@ class TensorBoardWriter:
 
     FLUSH_SECONDS = 10  # how stale `tensorboard --logdir` may see a running job (it reloads every 5 s or more)
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, purge_from: int | None = None):
+        """`purge_from`: a resumed run's first new step. TensorBoard drops the earlier files' events from that
+        step on when it reads a SessionLog START there, as metrics.jsonl drops the records a resume redoes."""
         from tensorboardX.event_file_writer import EventsWriter
         from tensorboardX.proto import event_pb2, summary_pb2
 
@@ -60,6 +62,9 @@ class TensorBoardWriter:
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
         self._writer = EventsWriter(os.path.join(directory, "events"))
         self._flushed = time.time()
+        if purge_from is not None:
+            start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+            self._writer.write_event(self._event(wall_time=self._flushed, step=purge_from, session_log=start))
 
     def add_scalars(self, step: int, scalars: dict) -> None:
         values = [self._summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items()]
@@ -86,7 +91,7 @@ class RunLogger:
         os.makedirs(out_dir, exist_ok=True)
         self._jsonl = self._open_jsonl(os.path.join(out_dir, "metrics.jsonl"), start_step, self.history)
         if cfg.tensorboard:
-            self._tb = TensorBoardWriter(os.path.join(out_dir, "tensorboard"))
+            self._tb = TensorBoardWriter(os.path.join(out_dir, "tensorboard"), start_step + 1 if start_step else None)
         if cfg.progress:
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
         self._plot = cfg.plot
