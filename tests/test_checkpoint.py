@@ -10,7 +10,7 @@ import pytest
 from conftest import SignalAtRead
 
 import zoo.train
-from zoo.checkpoint import Checkpoints
+from zoo.checkpoint import Checkpoints, StateMismatch
 from zoo.errors import UserError
 from zoo.evaluate import evaluate
 from zoo.preemption import Preempted
@@ -323,3 +323,26 @@ def test_preempted_survives_pickling_as_a_launcher_in_another_process_sends_it_b
     unsaved = pickle.loads(pickle.dumps(Preempted(37, signal.SIGTERM, "/runs/x", saved=False)))
     assert str(unsaved) == str(Preempted(37, signal.SIGTERM, "/runs/x", saved=False))
     assert "nothing was saved" in str(unsaved)
+
+
+def test_a_checkpoint_of_other_shapes_but_the_same_structure_is_a_state_mismatch(tmp_path):
+    ckpts = Checkpoints(str(tmp_path / "c"), async_save=False)
+    ckpts.save(1, {"w": np.zeros(3, np.float32)}, {"config": {}})
+    ckpts.wait()
+    with pytest.raises(StateMismatch, match="other shapes"):
+        ckpts.restore(1, {"w": np.zeros(4, np.float32)})
+    ckpts.close()
+
+
+def test_resuming_under_another_accumulate_is_refused(make_cfg):
+    train(make_cfg("debug=smoke", "trainer.accumulate=2", "trainer.max_steps=4", "trainer.checkpoint_every=2",
+                   "trainer.eval_every=0"))
+    with pytest.raises(UserError, match=r"trainer\.accumulate \(2 -> 4\)"):
+        train(make_cfg("debug=smoke", "trainer.accumulate=4", "trainer.max_steps=8", "trainer.checkpoint_every=2",
+                       "trainer.eval_every=0"))
+
+
+def test_a_finished_run_asked_again_with_privacy_is_refused(make_cfg):
+    train(make_cfg("debug=smoke"))
+    with pytest.raises(UserError, match=r"privacy\.mode \('none' -> 'dpsgd'\)"):
+        train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=1.0"))

@@ -6,7 +6,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from zoo.checkpoint import Checkpoints
-from zoo.data import load_dataset, sources
+from zoo.data import load_dataset, read_splits, sources
 from zoo.errors import UserError
 from zoo.train import train
 
@@ -159,3 +159,24 @@ def test_a_dataset_prepared_by_a_parallel_job_is_used(make_cfg, tmp_path, monkey
     monkeypatch.setattr(builder_class, "download_and_prepare", lose_the_rename)
     splits = load_dataset(cfg.dataset, cfg.paths.data_dir).splits
     assert (len(splits["train"]), len(splits["test"])) == (1438, 359)
+
+
+def test_synthetic_linear_targets_carry_the_configured_noise(make_cfg):
+    from zoo.data.embedded import synthetic_linear_params
+    for noise in (0.1, 0.5):  # the same data_dir: a changed setting must not reuse the data prepared for another
+        cfg = make_cfg("dataset=synthetic_linear", f"dataset.noise={noise}")
+        x, y = read_splits(cfg.dataset, cfg.paths.data_dir)["train"]
+        w, b = synthetic_linear_params(cfg.dataset.num_features)
+        assert np.std(y - (x @ w + b)) == pytest.approx(noise, rel=0.1)
+
+
+def test_a_label_equal_to_num_classes_is_refused():
+    from omegaconf import OmegaConf
+
+    from zoo.data.pipeline import build_dataset
+
+    x, y = np.zeros((4, 2), np.float32), np.array([0, 1, 2, 3])
+    cfg = OmegaConf.create({"name": "d", "task": "classification", "num_classes": 3, "validation_fraction": 0.0,
+                            "normalize": "none", "normalize_target": False})
+    with pytest.raises(UserError, match=r"labels of the train split must be integers in \[0, 3\)"):
+        build_dataset(cfg, {"train": (x, y), "test": (x, y % 3)})

@@ -76,7 +76,7 @@ def test_a_signal_to_one_process_stops_every_process_at_the_same_saved_step(data
     from zoo.checkpoint import Checkpoints
 
     run_dir = tmp_path / "run"
-    args = ["debug=smoke", "parallel=sharded", "trainer.max_steps=100000", "trainer.log_every=1",
+    args = ["debug=smoke", "parallel=sharded", "trainer.epochs=1000", "trainer.max_steps=100000", "trainer.log_every=1",
             "trainer.checkpoint_every=100000", "trainer.steps_per_call=1", f"hydra.run.dir={run_dir}"]
     procs = start_two("train.py", args, data_dir)
     wait_for_lines(run_dir / "metrics.jsonl", 20, procs[0])

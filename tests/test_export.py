@@ -1,6 +1,7 @@
 """export.py / predict.py: the exported function equals the zoo's forward pass, runs without flax or zoo, and
 predict.py refuses bad inputs without writing anything."""
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -279,3 +280,39 @@ def test_an_export_for_cpu_and_cuda_runs_here(make_cfg, exported_run, tmp_path, 
     assert load_export(str(run_dir))[0].platforms == ("cpu", "cuda")
     with pytest.raises(UserError, match=r"runs on \['cpu'\], not on this cuda; export it again with platforms=\[cuda\]"):
         load_export(str(exported_run[0]))
+
+
+def test_predict_writes_regression_predictions_at_full_precision(make_cfg, tmp_path, capsys):
+    cfg = make_cfg("debug=smoke", "model=linear", "dataset=diabetes")
+    train(cfg)
+    export(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="export"))
+    x = read_splits(cfg.dataset, cfg.paths.data_dir)["test"][0][:5]
+    np.save(tmp_path / "x.npy", x)
+    capsys.readouterr()  # what training and export printed
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        predict(compose("predict", overrides=[f"run_dir={tmp_path / 'run'}", f"input={tmp_path / 'x.npy'}",
+                                              "batch_size=5"]))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "prediction"
+    with open(tmp_path / "run" / "export" / "model.jax", "rb") as f:
+        exported = jax.export.deserialize(bytearray(f.read()))
+    np.testing.assert_allclose([float(v) for v in lines[1:]], np.asarray(exported.call(x)["predictions"])[:, 0],
+                               rtol=1e-6)
+
+
+def test_a_swap_that_fails_after_moving_the_previous_export_aside_puts_it_back(tmp_path, monkeypatch):
+    final = tmp_path / "export"
+    write_directory(str(final), {"model.jax": b"old"})
+    rename = os.rename
+
+    def failing_rename(src, dst):
+        if os.path.basename(str(src)).startswith(".export-") and not str(src).endswith(".previous"):
+            raise OSError(28, "No space left on device")
+        return rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", failing_rename)
+    with pytest.raises(OSError):
+        write_directory(str(final), {"model.jax": b"new"})
+    monkeypatch.undo()
+    assert (final / "model.jax").read_bytes() == b"old"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".export")]

@@ -374,3 +374,15 @@ def test_the_batch_bound_holds_for_the_neighbouring_dataset_of_one_more_example(
     rows, p = max_batch_size(100, 0.5, 10, 1e-6)
     assert p <= 1e-6 and 10 * stats.binom.sf(rows, 101, 0.5) <= 1e-6  # 101: the neighbour may hold one more
     assert 10 * stats.binom.sf(rows - 1, 101, 0.5) > 1e-6  # and no fewer rows would do
+
+
+def test_each_train_record_carries_the_epsilon_spent_by_its_step(make_cfg, tmp_path):
+    from zoo.privacy.accountant import epsilon
+    results = train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=1.0"))
+    p = results["privacy"]
+    logged = [r for r in map(json.loads, open(tmp_path / "run" / "metrics.jsonl")) if r["split"] == "train"]
+    assert [r["step"] for r in logged] == [2, 4, 6]
+    for r in logged:
+        assert r["epsilon"] == pytest.approx(epsilon(p["q"], p["noise_multiplier"], r["step"], p["accountant_delta"]),
+                                             rel=1e-9)
+    assert logged[0]["epsilon"] < logged[1]["epsilon"] < logged[2]["epsilon"]

@@ -293,3 +293,10 @@ def test_a_max_steps_beyond_the_epochs_is_named_in_a_warning(make_cfg, caplog):
         results = train(make_cfg("debug=smoke", "trainer.max_steps=500", "trainer.eval_every=0", "logger=quiet"))
     assert results["steps"] == 89  # debug=smoke: one epoch of 1438 examples in batches of 16
     assert "trainer.max_steps=500 is more than trainer.epochs=1 give (89 steps of 89 an epoch)" in caplog.text
+
+
+def test_the_last_step_is_evaluated_once_as_the_final_eval(make_cfg, tmp_path):
+    train(make_cfg("debug=smoke", "trainer.max_steps=8", "trainer.eval_every=4"))
+    evals = [(r["step"], r.get("final", False)) for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")
+             if r["split"] == "test"]
+    assert evals == [(4, False), (8, True)]
