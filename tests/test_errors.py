@@ -461,6 +461,15 @@ def test_eval_over_damaged_metadata_uses_the_steps_that_are_readable(make_cfg, t
     scored = {step: meta["metrics"]["accuracy"] for step, meta in saved.items() if step != 6 and meta["metrics"]}
     best = max(sorted(scored), key=scored.get)
     assert evaluate(eval_cfg(make_cfg, trained, "checkpoint=best"))["step"] == best
+    for step, path in metas.items():  # metadata that reads, but without a config: as unreadable
+        path.write_text(json.dumps({k: v for k, v in saved[step].items() if k != "config"}))
+    with pytest.raises(UserError, match=r"checkpoint step 6 in .*/checkpoints has unreadable metadata \(it holds no "
+                                        r"config\)"):
+        evaluate(eval_cfg(make_cfg, trained))
+    for step, path in metas.items():
+        path.write_text(json.dumps({**saved[step], "config": {**saved[step]["config"], "model": None}}))
+    with pytest.raises(UserError, match=r"does not fit this version of the zoo \(its model is None, not a mapping "):
+        evaluate(eval_cfg(make_cfg, trained))
     for step, path in metas.items():  # a config from another version of the zoo: a setting it does not know
         path.write_text(json.dumps({**saved[step], "config": {**saved[step]["config"], "bogus": 1}}))
     with pytest.raises(UserError, match=r"the config saved in .*/checkpoints does not fit this version of the zoo "

@@ -71,6 +71,8 @@ def with_tiny_settings(words: list, tmp_path, run_dir) -> list:
     rest = [w for w in rest if w not in flags]
     if script == "train.py":
         extra = ["debug=smoke"]
+        if any(w.startswith("trainer.early_stopping.") for w in rest):  # room for more periodic evals than patience
+            extra += ["trainer.epochs=3", "trainer.max_steps=null"]
         if flags:
             extra.append(f"hydra.sweep.dir={tmp_path / 'sweep'}")
             if any(w.startswith("hparams_search=") for w in rest):

@@ -153,7 +153,10 @@ class Checkpoints:
         first_error = None
         for step in steps:
             try:
-                return self.meta(step)
+                meta = self.meta(step)
+                if not isinstance(meta.get("config"), dict):  # what every caller reads first
+                    raise ValueError("it holds no config")
+                return meta
             except Exception as e:  # noqa: BLE001 — orbax raises many types for a damaged file
                 first_error = first_error or e
         raise UserError(f"checkpoint step {steps[0]} in {self.directory} has unreadable metadata ({first_error})"

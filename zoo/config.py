@@ -306,6 +306,9 @@ GENERATOR_KEYS = ("num_examples", "num_features", "noise")
 def saved_with_defaults(saved: dict) -> DictConfig:
     """A run's saved config on this version's schema: settings added since it was saved take their defaults.
     Raises omegaconf's errors for a setting this version does not have."""
+    for group in ("model", "optimizer"):  # typed Any in the schema: a damaged file could hold anything there
+        if not isinstance(saved.get(group), dict):
+            raise ValueError(f"its {group} is {saved.get(group)!r}, not a mapping of settings")
     saved = {**saved, "dataset": dict(saved.get("dataset", {}))}
     if saved["dataset"].get("tfds_name") != "zoo_synthetic_linear":
         for key in GENERATOR_KEYS:  # runs saved before these keys became synthetic_linear's alone
