@@ -113,12 +113,14 @@ def test_embedded_splits_are_deterministic_and_disjoint(make_cfg):
     assert sum(row.tobytes() in train_rows for row in a.splits["test"].x) < 5  # sklearn digits has a few duplicates
 
 
-def test_normalisation_uses_train_statistics_only(make_cfg):
-    cfg = make_cfg("dataset=diabetes")
+@pytest.mark.parametrize("validation_fraction", [0.0, 0.2])
+def test_normalisation_uses_train_statistics_only(make_cfg, validation_fraction):
+    cfg = make_cfg("dataset=diabetes", f"dataset.validation_fraction={validation_fraction}")
     data = load_dataset(cfg.dataset, cfg.paths.data_dir)
     np.testing.assert_allclose(data.splits["train"].x.mean(axis=0), 0, atol=1e-5)
     np.testing.assert_allclose(data.splits["train"].x.std(axis=0), 1, atol=1e-4)
-    assert np.abs(data.splits["test"].x.mean(axis=0)).max() > 1e-3  # test is scaled with train's numbers
+    for split in ("test", "validation") if validation_fraction else ("test",):  # scaled with train's numbers
+        assert np.abs(data.splits[split].x.mean(axis=0)).max() > 1e-3
 
 
 def test_validation_split_is_carved_from_train_and_chooses_the_best_checkpoint(make_cfg, tmp_path):

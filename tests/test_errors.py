@@ -109,9 +109,9 @@ BAD_VALUES = [
     ("schedule=warmup_cosine", r"schedule\.warmup_steps=50 must be smaller than the run's 6 steps"),
     ("schedule=warmup_cosine schedule.warmup_steps=-5", r"schedule\.warmup_steps must be an integer >= 0, got -5\."),
     ("seed=-1", r"seed must be an integer in \[0, 2\*\*32\), got seed=-1\."),
-    ("trainer.early_stopping.patience=1 trainer.eval_every=4",
-     r"trainer\.early_stopping\.patience=1 needs more than 1 periodic evals, and trainer\.eval_every=4 gives 1 in "
-     r"the run's 6 steps; lower trainer\.eval_every or trainer\.early_stopping\.patience\."),
+    ("trainer.early_stopping.patience=1 trainer.eval_every=7",
+     r"trainer\.early_stopping needs periodic evals, and trainer\.eval_every=7 is longer than the run's 6 steps; "
+     r"lower trainer\.eval_every\."),
     ("seed=4294967296", r"seed must be an integer in \[0, 2\*\*32\), got seed=4294967296\."),
     ("model=cnn model.batch_norm=flase", r"model\.batch_norm must be true or false, got 'flase'\."),
     ("optimizer=sgd optimizer.nesterov=maybe", r"optimizer\.nesterov must be true or false, got 'maybe'\."),

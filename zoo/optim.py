@@ -17,12 +17,12 @@ from zoo.targets import safe_instantiate
 
 def check_run_length(cfg, total_steps: int) -> None:
     """Accumulation must end on an update: trailing micro-batches would be averaged and never applied. Early
-    stopping needs more periodic evals than its patience, or it could never stop the run."""
-    patience, every = cfg.trainer.early_stopping.patience, cfg.trainer.eval_every
-    if patience is not None and every > 0 and total_steps // every <= patience:
-        raise UserError(f"trainer.early_stopping.patience={patience} needs more than {patience} periodic evals, "
-                        f"and trainer.eval_every={every} gives {total_steps // every} in the run's {total_steps} "
-                        "steps; lower trainer.eval_every or trainer.early_stopping.patience.")
+    stopping needs periodic evals, or it could neither stop the run nor choose a best checkpoint (a patience of
+    more evals than the run has is fine: it reports the best checkpoint without stopping)."""
+    every = cfg.trainer.eval_every
+    if cfg.trainer.early_stopping.patience is not None and every > total_steps:
+        raise UserError(f"trainer.early_stopping needs periodic evals, and trainer.eval_every={every} is longer "
+                        f"than the run's {total_steps} steps; lower trainer.eval_every.")
     n = cfg.trainer.accumulate
     if total_steps % n:
         lower = total_steps - total_steps % n
