@@ -87,9 +87,10 @@ def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
     return UserError(
         f"dataset={cfg.name} is not prepared in paths.data_dir={data_dir} and could not be downloaded "
         f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'no detail'}); on a machine "
-        f"with internet and TensorFlow run `python -c \"import tensorflow_datasets as tfds; tfds.data_source('{cfg.tfds_name}', "
-        f"data_dir='DIR', builder_kwargs={RANDOM_ACCESS})\"`, copy DIR/{cfg.tfds_name} into paths.data_dir, or pick an embedded dataset "
-        "(dataset=digits|diabetes|synthetic_linear).")
+        f"with internet and TensorFlow run `python -c \"import tensorflow_datasets as tfds; "
+        f"tfds.data_source('{cfg.tfds_name}', data_dir='DIR', builder_kwargs={RANDOM_ACCESS})\"`, copy "
+        f"DIR/{cfg.tfds_name} into paths.data_dir, or pick an embedded dataset (dataset=digits|diabetes|"
+        "synthetic_linear).")
 
 
 def _refuse_prepared_without_random_access(cfg, data_dir: str) -> None:
@@ -135,8 +136,8 @@ def _open_catalog(cfg, data_dir: str):
             raise _catalog_error(cfg, data_dir, e) from None
         raise UserError(f"preparing dataset={cfg.name} runs TFDS's own {cfg.tfds_name} builder, which reads the "
                         "downloaded files with TensorFlow: `pip install tensorflow-cpu` once to prepare it (reading "
-                        f"the prepared copy does not need it), or copy {cfg.tfds_name}/ prepared as array_record elsewhere into "
-                        f"paths.data_dir={data_dir}.") from None
+                        f"the prepared copy does not need it), or copy {cfg.tfds_name}/ prepared as array_record "
+                        f"elsewhere into paths.data_dir={data_dir}.") from None
     except Exception as e:  # tfds raises many types for "no network"
         raise _catalog_error(cfg, data_dir, e) from None
 
