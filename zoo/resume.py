@@ -100,13 +100,12 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
 def _restore_from(source: Checkpoints, cfg: DictConfig, target):
     newest_first = list(reversed(source.steps()))
     saved_config = source.first_readable_meta(newest_first, hint="start in a new hydra.run.dir.")["config"]
-    current = OmegaConf.to_container(cfg, resolve=True)
+    current, saved = OmegaConf.to_container(cfg, resolve=True), _with_defaults(saved_config)
     try:
         check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
     except UserError as e:
         raise UserError(f"the config saved in {source.directory} is refused: {e}") from None
-    changed = changed_settings(_with_defaults(saved_config), current,
-                               STATE_DEFINING + resume_defining(saved_config, current))
+    changed = changed_settings(saved, current, STATE_DEFINING + resume_defining(saved_config, current))
     if changed:
         raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
                         f"{'; '.join(changed)}; restore those settings or start in a new hydra.run.dir.")
@@ -119,7 +118,7 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target):
                         f"it was trained with {settings}: restore those settings or start in a new "
                         "hydra.run.dir.") from None
     log.info("resuming from step %d of %s", step, source.directory)
-    others = changed_settings(_with_defaults(saved_config), current, RESULT_DEFINING)
+    others = changed_settings(saved, current, RESULT_DEFINING)
     if others:  # allowed (a lower learning rate for the rest of a run, say), but never unsaid
         log.warning("the steps before %d were trained with other settings than this command's: %s", step,
                     "; ".join(others))

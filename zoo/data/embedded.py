@@ -4,6 +4,7 @@ Prepared once into `paths.data_dir`, then read through `tfds.data_source` like a
 The split is made here, deterministically, because the sources ship without one.
 """
 import abc
+import functools
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -38,9 +39,14 @@ class _ArrayBuilder(tfds.core.GeneratorBasedBuilder):
     def arrays(self):
         """Return all examples as (x, y) numpy arrays."""
 
+    @functools.cached_property
+    def examples(self):
+        """`arrays()`, made once: the split sizes are checked before preparing, which then writes them."""
+        return self.arrays()
+
     def split_sizes(self) -> dict:
         """{'train': n, 'test': n} that preparing would write."""
-        return {name: len(idx) for name, idx in _split_indices(len(self.arrays()[0]), self.test_fraction).items()}
+        return {name: len(idx) for name, idx in _split_indices(len(self.examples[0]), self.test_fraction).items()}
 
     def _info(self):
         y_shape, y_dtype = self.y_spec
@@ -51,7 +57,7 @@ class _ArrayBuilder(tfds.core.GeneratorBasedBuilder):
         return tfds.core.DatasetInfo(builder=self, features=features, supervised_keys=("x", "y"))
 
     def _split_generators(self, dl_manager):
-        x, y = self.arrays()
+        x, y = self.examples
         splits = _split_indices(len(x), self.test_fraction)
         return {name: self._generate_examples(x, y, idx) for name, idx in splits.items()}
 
