@@ -594,10 +594,11 @@ def test_a_ctrl_c_python_lost_before_training_still_stops_the_run(make_cfg, caps
         CollectedDuringCtrlC()
         return train(cfg)
 
+    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN in a shell's background job
     with pytest.raises(SystemExit) as exit_:
         run_task(ctrl_c_then_train, make_cfg("debug=smoke"))
     assert exit_.value.code == 130 and "error: stopped by SIGINT at step" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    assert signal.getsignal(signal.SIGINT) is before  # put back
 
 
 def test_hydra_full_error_shows_the_traceback_behind_every_error(make_cfg, capsys, monkeypatch):

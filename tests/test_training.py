@@ -4,6 +4,7 @@ import json
 import pathlib
 import shutil
 import struct
+import types
 
 import jax
 import jax.numpy as jnp
@@ -140,7 +141,11 @@ def tensorboard_scalars(directory) -> dict:
     return scalars
 
 
-def test_tensorboard_drops_what_a_resumed_run_redoes_as_metrics_jsonl_does(make_cfg, tmp_path):
+def test_tensorboard_drops_what_a_resumed_run_redoes_as_metrics_jsonl_does(make_cfg, tmp_path, monkeypatch):
+    import tensorboardX.event_file_writer
+
+    # both attempts' event files within one second of the clock tensorboardX names them by
+    monkeypatch.setattr(tensorboardX.event_file_writer, "time", types.SimpleNamespace(time=lambda: 1.7e9))
     common = ["debug=smoke", "logger.tensorboard=true", "trainer.log_every=1", "trainer.checkpoint_every=2",
               "checkpoint.async_save=false"]
     train(make_cfg(*common))

@@ -60,7 +60,9 @@ class TensorBoardWriter:
 
         os.makedirs(directory, exist_ok=True)
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
-        self._writer = EventsWriter(os.path.join(directory, "events"))
+        # tensorboardX names the file by the second and opens it "wb": a resume within the same second would
+        # overwrite the earlier attempt's file. The nanoseconds keep each file apart, in the order written.
+        self._writer = EventsWriter(os.path.join(directory, "events"), filename_suffix=f".{time.time_ns()}")
         self._flushed = time.time()
         if purge_from is not None:
             start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
