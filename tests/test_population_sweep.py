@@ -36,6 +36,7 @@ def test_jobs_are_grouped_by_structure_and_split_at_max_size(grouped_sweep):
         log = (sweep / str(job) / "train.log").read_text()  # as a solo run's: its own metrics and run dir
         assert re.findall(r"\] - run directory: (.*)", log) == [str(sweep / str(job))]
         assert log.count("test: loss=") == 1
+        assert "replacing checkpoint" not in log  # its final checkpoint is written once, as a solo run's
     assert members == {0: 3, 1: 3, 2: 3, 3: None, 4: 3, 5: 3, 6: 3, 7: None}  # the ones left over run solo
     # on the console, members' lines look as the solo jobs' do (hydra.job_logging), not tagged as the launcher's
     out = proc.stderr + proc.stdout

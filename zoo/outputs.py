@@ -175,6 +175,7 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
     save.later(...) takes the same arguments, checks and describes the checkpoint now and returns the call that
     writes it (None when there is nothing to write): a population writes its members' on another thread."""
     config = OmegaConf.to_container(cfg, resolve=True)
+    written = set()  # steps this run has saved: a population saves its final step before finish() asks again
 
     def later(step, state, sums, eval_metrics=None):
         if ckpts is None:
@@ -190,6 +191,8 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
             meta["early_stopping"] = early.state_dict()
 
         def write():
+            if step in written:
+                return
             if step in ckpts.steps():
                 if step <= start_step:
                     return  # a finished run's own step, evaluated again
@@ -197,6 +200,7 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
                 log.warning("replacing checkpoint step %d in %s, which could not be restored", step, ckpts.directory)
                 ckpts.delete(step)
             ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
+            written.add(step)
 
         return write
 
