@@ -2,12 +2,15 @@
 import json
 import logging
 import signal
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import optax
 import pytest
 
+from conftest import ROOT, subprocess_env
 from test_checkpoint import leaves_equal, records
 from zoo.early_stopping import EarlyStopping
 from zoo.evaluate import evaluate
@@ -259,3 +262,29 @@ def test_logged_learning_rate_is_the_one_optax_applied(make_cfg, tmp_path, monke
         applied.append(float(state.inner_opt_state.hyperparams["learning_rate"]))
     np.testing.assert_allclose(logged, applied, rtol=1e-6)
     assert len(set(logged)) > 3  # warm-up and decay, not a constant
+
+
+def test_tensorboard_events_are_written_without_importing_pytorch(tmp_path, data_dir):
+    """tensorboardX imports torch wherever it is installed: seconds at each start, for nothing the zoo writes.
+    A stand-in finder records every attempt to import torch, as an installed PyTorch would be found."""
+    script = f"""
+import importlib.abc, sys
+asked = []
+class Torch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch":
+            asked.append(name)
+        return None
+sys.meta_path.insert(0, Torch())
+from zoo.run_logger import TensorBoardWriter
+writer = TensorBoardWriter({str(tmp_path)!r})
+writer.add_scalars(1, {{"train/loss": 0.5}})
+writer.close()
+assert "torch" not in sys.modules, "the mark hiding torch was left behind"
+print("asked", asked)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=subprocess_env(data_dir), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "asked []" in proc.stdout
+    assert list(tmp_path.glob("events*"))

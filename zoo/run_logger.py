@@ -2,6 +2,7 @@
 import json
 import logging
 import os
+import sys
 import time
 import threading
 from concurrent import futures
@@ -43,6 +44,23 @@ class DrawerPool:
 _free = DrawerPool([CurvesProcess() for _ in range(DRAWERS)])
 
 
+def _event_writer():
+    """tensorboardX's event writer and protos. Its package imports PyTorch wherever PyTorch is installed (for a
+    type alias of its SummaryWriter, which the zoo does not use): seconds at every run's start on such a
+    machine. Unless PyTorch is loaded already, tensorboardX is imported with `torch` marked absent, which
+    tensorboardX's own fallback handles; the mark is removed at once, so a later `import torch` works."""
+    hide = "tensorboardX" not in sys.modules and "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None  # `import torch` raises ImportError without looking for it
+    try:
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto import event_pb2, summary_pb2
+    finally:
+        if hide and sys.modules.get("torch", False) is None:
+            del sys.modules["torch"]
+    return EventsWriter, event_pb2, summary_pb2
+
+
 class TensorBoardWriter:
     """TensorBoard scalars, written by tensorboardX's event writer in the calling thread.
 
@@ -55,9 +73,7 @@ class TensorBoardWriter:
     def __init__(self, directory: str, purge_from: int | None = None):
         """`purge_from`: a resumed run's first new step. TensorBoard drops the earlier files' events from that
         step on when it reads a SessionLog START there, as metrics.jsonl drops the records a resume redoes."""
-        from tensorboardX.event_file_writer import EventsWriter
-        from tensorboardX.proto import event_pb2, summary_pb2
-
+        EventsWriter, event_pb2, summary_pb2 = _event_writer()
         os.makedirs(directory, exist_ok=True)
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
         # tensorboardX names the file by the second and opens it "wb": a resume within the same second would
