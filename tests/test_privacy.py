@@ -1,4 +1,5 @@
 """DP-SGD: per-example gradients, clipping and noise, Poisson sampling, the accountant, modes and resume."""
+import functools
 import json
 import math
 import re
@@ -79,6 +80,30 @@ def test_dp_step_without_clipping_or_noise_equals_the_ordinary_step(make_cfg, mo
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)
     for got, want in zip(jax.tree.leaves(private_sums), jax.tree.leaves(ordinary_sums)):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_under_pmap_each_device_draws_its_own_dropout_masks(make_cfg):
+    """Both devices get the same 8 rows: with one dropout key for both, their loss sums would be equal, so the
+    psum-med sum would be exactly twice device 0's, which the same call gives alone when device 1's rows are
+    masked."""
+    cfg = make_cfg("debug=smoke", "model=mlp", "model.hidden=[32]", "model.dropout=0.5")
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    graphdef, state = create_state(build_model(cfg, data), optax.sgd(0.1), cfg.seed)
+    task, x, y = TASKS[data.task], data.splits["train"].x[:8], data.splits["train"].y[:8]
+    gradients = make_private_gradients(graphdef, task, l2_clip=1.0, noise_multiplier=0.0, expected_batch_size=8,
+                                       axis_name="batch")
+    train_chunk, _, zero_sums = make_steps(graphdef, task, optax.sgd(0.1), axis_name="batch", gradients=gradients)
+    two = jax.pmap(train_chunk, axis_name="batch", devices=jax.devices()[:2])
+    replicate = functools.partial(jax.tree.map, lambda v: np.stack([np.asarray(v)] * 2))
+    loss_sums = []
+    for device_1_mask in (1.0, 0.0):
+        chunk = {"x": np.stack([x[None]] * 2), "y": np.stack([y[None]] * 2),
+                 "mask": np.stack([np.ones((1, 8), np.float32), np.full((1, 8), device_1_mask, np.float32)])}
+        batch = {"x": x, "y": y, "mask": np.ones(8, np.float32)}
+        _, acc = two(replicate(state), replicate(zero_sums(state, batch)), chunk)
+        loss_sums.append(float(acc["loss_sum"][0]))
+    both, device_0 = loss_sums
+    assert not np.isclose(both, 2 * device_0, rtol=1e-4)
 
 
 def test_every_clipped_example_gradient_is_within_l2_clip(make_cfg):

@@ -285,6 +285,26 @@ def test_each_step_draws_its_own_dropout_masks(make_cfg):
     assert losses[0] != losses[1]
 
 
+def test_under_pmap_each_device_draws_its_own_dropout_masks(make_cfg):
+    """Both devices get the same 8 rows: with one key for both, their loss sums would be equal, so the psum-med
+    sum would be exactly twice device 0's, which the same call gives alone when device 1's rows are masked."""
+    run = build(make_cfg("debug=smoke", "model=mlp", "model.dropout=0.5", "parallel.mode=pmap",
+                         "parallel.cpu_devices=2"))
+    compiled, mode = run.compiled, run.compiled.mode
+    idx, mask = run.feed.stream.indices(0, 1)
+    half = idx.shape[1] // 2
+    idx[:, half:] = idx[:, :half]
+    sums = []
+    for rows_mask in (mask, np.where(np.arange(idx.shape[1]) < half, mask, 0.0)):
+        data = mode.put_chunk({"idx": fold_mask(idx, rows_mask)})
+        _, acc = compiled.train(mode.put_state(run.host_state), compiled.put_sums(compiled.zero_sums), data,
+                                run.feed.rows)
+        sums.append(compiled.get_sums(acc))
+    both, device_0 = sums
+    assert both["count"] == 2 * device_0["count"] == idx.shape[1]
+    assert not np.isclose(both["loss_sum"], 2 * device_0["loss_sum"], rtol=1e-4)
+
+
 def test_the_last_partial_log_interval_is_logged_with_its_own_examples(make_cfg, tmp_path):
     results = train(make_cfg("debug=smoke", "trainer.max_steps=5", "trainer.log_every=2", "checkpoint.enabled=false"))
     records = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
