@@ -1,6 +1,6 @@
 """Populations against one trial at a time: the whole multirun command's wall time, same trials, same run.
 
-    python -m zoo.bench.population [--quick] [--rounds 2] [--out bench_population.json] [OVERRIDE ...]
+    python -m zoo.bench.population [--quick] [--rounds 2] [--sweeps NAME ...] [--out FILE] [OVERRIDE ...]
 
 Each sweep runs `python train.py -m optimizer.learning_rate=... seed=... hydra/launcher=population` and the
 same command with Hydra's basic launcher as subprocesses, alternating (basic, population / population, basic,
@@ -87,7 +87,9 @@ def measure(name: str, sweep: Sweep, args, work: str) -> list:
     def one(launcher):
         sweep_dir = os.path.join(work, f"{name}-{launcher}-{len(runs[launcher])}")
         runs[launcher].append(sweep_dir)
-        return run_sweep(sweep, launcher, sweep_dir, args)
+        t = time.perf_counter()
+        run_sweep(sweep, launcher, sweep_dir, args)
+        print(f"{name}, {launcher} launcher: {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
 
     seconds = interleave({launcher: lambda launcher=launcher: one(launcher) for launcher in LAUNCHERS},
                          args.rounds, warmup=0)
@@ -131,7 +133,8 @@ def run_benchmark(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="zoo_bench_population_") as scratch:
         work = args.work_dir or scratch
         os.makedirs(work, exist_ok=True)
-        for name, sweep in SWEEPS.items():
+        for name in args.sweeps:
+            sweep = SWEEPS[name]
             if sweep.accelerator_only and backend == "cpu":
                 rows += skipped(name, sweep)
                 continue
@@ -151,6 +154,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m zoo.bench.population", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="2 learning rates x 2 seeds, debug=smoke, one round")
     p.add_argument("--rounds", type=int, default=None, help="runs of each launcher per sweep (default 2; quick 1)")
+    p.add_argument("--sweeps", nargs="+", choices=sorted(SWEEPS), default=list(SWEEPS), metavar="NAME",
+                   help=f"which sweeps to run, of {', '.join(SWEEPS)} (default: all)")
     p.add_argument("--out", default="bench_population.json", help="where to write the JSON results")
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets"))
     p.add_argument("--work-dir", default=None, help="where the sweeps are kept (default: a temp dir, removed)")
