@@ -83,6 +83,9 @@ BAD_VALUES = [
     ("trainer.batch_size=0", r"trainer\.batch_size must be a positive integer, got 0\."),
     ("trainer.batch_size=5000", r"trainer\.batch_size=5000 is larger than the train split \(1438 examples\); "
                                 r"lower trainer\.batch_size\."),
+    ("dataset.validation_fraction=0.99", r"trainer\.batch_size=16 is larger than the train split \(14 examples "
+                                         r"after dataset\.validation_fraction=0\.99 carved a validation split from "
+                                         r"it\); lower trainer\.batch_size or dataset\.validation_fraction\."),
     ("trainer.epochs=0", r"trainer\.epochs must be a positive integer, got 0\."),
     ("trainer.epochs=-2", r"trainer\.epochs must be a positive integer, got -2\."),
     ("model.dropout=1.0", r"model\.dropout must be in \[0, 1\), got 1\.0\."),

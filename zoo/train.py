@@ -112,7 +112,7 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
         check_batch_divides(cfg.trainer.batch_size, mode.num_devices)
     data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
     task = TASKS[data.task]
-    stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed)
+    stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed, cfg.dataset.validation_fraction)
     total_steps = total_steps_for(cfg.trainer, stream.steps_per_epoch)
     check_run_length(cfg, total_steps)
     privacy = plan_privacy(cfg, data.splits["train"], total_steps, mode.num_devices)

@@ -123,10 +123,14 @@ class IndexedStream:
 class TrainStream(IndexedStream):
     """Fixed-size shuffled batches; the last partial batch of each epoch is dropped (fresh order next epoch)."""
 
-    def __init__(self, split: Split, batch_size: int, seed: int):
+    def __init__(self, split: Split, batch_size: int, seed: int, carved: float = 0.0):
+        """`carved`: the dataset.validation_fraction taken out of this split, named when the batch is too big."""
         if batch_size > len(split):
+            after, lower = ((f" after dataset.validation_fraction={carved} carved a validation split from it",
+                             "trainer.batch_size or dataset.validation_fraction") if carved else
+                            ("", "trainer.batch_size"))
             raise UserError(f"trainer.batch_size={batch_size} is larger than the train split "
-                            f"({len(split)} examples); lower trainer.batch_size.")
+                            f"({len(split)} examples{after}); lower {lower}.")
         self.split, self.batch_size, self.seed = split, batch_size, seed
         self.steps_per_epoch = len(split) // batch_size
         self._epoch, self._order = -1, None

@@ -119,7 +119,8 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                         f"{cfg.parallel.device_data_mb}; raise that limit or use hydra/launcher=basic, which "
                         "streams it from the host.")
     devices = member_devices(cfg, devices, len(cfgs), train_split)
-    streams = [TrainStream(train_split, cfg.trainer.batch_size, c.seed) for c in cfgs]
+    streams = [TrainStream(train_split, cfg.trainer.batch_size, c.seed, cfg.dataset.validation_fraction)
+               for c in cfgs]
     total_steps = total_steps_for(cfg.trainer, streams[0].steps_per_epoch)
     check_run_length(cfg, total_steps)
     models = [build_model(c, data) for c in cfgs]
