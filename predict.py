@@ -1,10 +1,12 @@
 """Predict with an exported model: `python predict.py run_dir=outputs/... input=FILE.npy|FILE.csv [output=FILE.csv]`."""
+import sys
+
 from zoo.startup import loading_libraries
 
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import run_task
+    from zoo.cli import refuse_null_groups, run_task
     from zoo.config import register_configs
     from zoo.export.predict import predict
 
@@ -17,4 +19,5 @@ def main(cfg):
 
 
 if __name__ == "__main__":
+    refuse_null_groups(sys.argv[1:])
     main()

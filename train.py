@@ -1,10 +1,12 @@
 """Train a model: `python train.py model=cnn dataset=digits parallel=none` (see conf/)."""
+import sys
+
 from zoo.startup import loading_libraries
 
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import run_task
+    from zoo.cli import refuse_null_groups, run_task
     from zoo.config import register_configs
     from zoo.population.launch import trains_populations
     from zoo.population.train import train_population, trains_alone
@@ -20,4 +22,5 @@ def main(cfg):
 
 
 if __name__ == "__main__":
+    refuse_null_groups(sys.argv[1:])
     main()

@@ -112,6 +112,22 @@ def _exit_if_in_use(path: str, setting: str, config) -> None:
     _held[path] = fd
 
 
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+
+
+def refuse_null_groups(argv: list, conf_dir: str = CONF_DIR) -> None:
+    """`model=null` (a config group set to null) ends in a traceback from Hydra's defaults list; one sentence and
+    exit 2 instead, before Hydra reads the command line."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        group = key.lstrip("+~")
+        if sep and value.strip().lower() == "null" and group and os.path.isdir(os.path.join(conf_dir, group)):
+            options = sorted(f.removesuffix(".yaml") for f in os.listdir(os.path.join(conf_dir, group))
+                             if f.endswith(".yaml"))
+            exit_with(UserError(f"{key}=null: a config group cannot be set to null; choose one of "
+                                f"{', '.join(options)} (or ~{group} to leave out an optional group)."))
+
+
 def quiet_libraries() -> None:
     for noisy in ("absl", "jax"):  # library chatter (TPU probing, orbax internals) stays out of run logs
         logging.getLogger(noisy).setLevel(logging.ERROR)
