@@ -57,6 +57,7 @@ def test_smoke_run_help_and_cfg(data_dir, tmp_path):
     ("debug=smoke trainer.resume=nowhere", "trainer.resume"),  # refused once the checkpoints are open
     ("recipe=null", "choose one of linear_diabetes, linear_digits"),  # Hydra's own traceback otherwise
     ("model=null", "choose one of cnn, linear, mlp"),
+    ("hydra/launcher=null", "--hydra-help lists them"),  # a group of Hydra's own
 ])
 def test_bad_input_is_one_sentence_and_exit_2(data_dir, tmp_path, override, setting):
     done = run([*override.split(), f"hydra.run.dir={tmp_path / 'run'}"], data_dir)

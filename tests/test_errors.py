@@ -103,6 +103,11 @@ BAD_VALUES = [
                                 r"dataset\.task=classification or pick a regression dataset"),
     ("dataset.noise=0.5", r"dataset\.noise only applies to dataset=synthetic_linear \(it generates that data\); "
                           r"remove it for dataset=digits\."),
+    ("dataset.normalize_target=true", r"dataset\.normalize_target only applies to regression targets; "
+                                      r"dataset=digits is classification, so remove it\."),
+    ("dataset=mnist model=cnn dataset.test_fraction=0.3", r"dataset\.test_fraction only applies to the embedded "
+                                                          r"datasets, which ship without a split; dataset=mnist has "
+                                                          r"its own test split, so remove it\."),
     ("dataset=synthetic_linear dataset.num_features=0", r"dataset\.num_examples and dataset\.num_features must be "
                                                         r"positive and dataset\.noise >= 0, got 1000, 0, 0\.1\."),
     ("optimized_metric=test/r2", r"optimized_metric=test/r2 is not a result of a classification run; use one "

@@ -121,7 +121,12 @@ def refuse_null_groups(argv: list, conf_dir: str = CONF_DIR) -> None:
     for arg in argv:
         key, sep, value = arg.partition("=")
         group = key.lstrip("+~")
-        if sep and value.strip().lower() == "null" and group and os.path.isdir(os.path.join(conf_dir, group)):
+        if not (sep and value.strip().lower() == "null" and group):
+            continue
+        if group.startswith("hydra/"):  # Hydra's own groups live in its package and its plugins
+            exit_with(UserError(f"{key}=null: a config group cannot be set to null; choose one of its options "
+                                "(--hydra-help lists them under 'Configuration groups')."))
+        if os.path.isdir(os.path.join(conf_dir, group)):
             options = sorted(f.removesuffix(".yaml") for f in os.listdir(os.path.join(conf_dir, group))
                              if f.endswith(".yaml"))
             exit_with(UserError(f"{key}=null: a config group cannot be set to null; choose one of "

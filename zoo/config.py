@@ -281,6 +281,7 @@ def validate(cfg: DictConfig) -> None:
     _require(d.task != "classification" or (isinstance(d.num_classes, int) and d.num_classes >= 2),
              f"dataset.num_classes must be an integer >= 2 for classification, got {d.num_classes}.")
     _validate_generator(d)
+    _validate_applicable(d)
     validate_placement(cfg)
     for group in ("model", "optimizer", "schedule"):  # before any of them is instantiated
         check_targets(cfg[group], group)
@@ -326,6 +327,17 @@ def _validate_generator(d: DictConfig) -> None:
     _require(all(d[k] is not None for k in GENERATOR_KEYS) and d.num_examples > 0 and d.num_features > 0
              and d.noise >= 0, "dataset.num_examples and dataset.num_features must be positive and dataset.noise "
              f">= 0, got {d.num_examples}, {d.num_features}, {d.noise}.")
+
+
+def _validate_applicable(d: DictConfig) -> None:
+    """Keys that the chosen dataset would silently ignore. (test_fraction is refused on a catalog set only when
+    changed from its default: the schema's value cannot be told apart from the same value typed.)"""
+    _require(not (d.normalize_target and d.task == "classification"),
+             f"dataset.normalize_target only applies to regression targets; dataset={d.name} is classification, "
+             "so remove it.")
+    _require(d.embedded or d.test_fraction == DatasetConfig.test_fraction,
+             f"dataset.test_fraction only applies to the embedded datasets, which ship without a split; "
+             f"dataset={d.name} has its own test split, so remove it.")
 
 
 def _validate_trainer_features(cfg: DictConfig) -> None:
