@@ -66,13 +66,36 @@ def test_bad_input_is_one_sentence_and_exit_2(data_dir, tmp_path, override, sett
     assert done.stderr.strip().splitlines()[-1].startswith("error: ") and setting in done.stderr
 
 
+@pytest.mark.parametrize("script,args,message", [
+    ("eval.py", ["{run}"], "{run} is not an override; pass it as run_dir={run}."),  # Hydra: a grammar error
+    ("predict.py", ["run_dir={run}", "{file}"], "{file} is not an override; pass it as input={file}."),
+    ("eval.py", ["-cd", "{run}", "run_dir={run}", "--cfg", "job"], None),  # a flag's value is not refused
+])
+def test_a_path_without_its_key_is_one_sentence_naming_the_key(data_dir, tmp_path, script, args, message):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "x.npy").write_bytes(b"")
+    fill = {"run": tmp_path / "run", "file": tmp_path / "x.npy"}
+    done = run([a.format(**fill) for a in args], data_dir, script=script)
+    if message is None:
+        assert done.returncode == 0 and f"run_dir: {fill['run']}" in done.stdout, done.stderr
+        return
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == "error: " + message.format(**fill)
+
+
 def test_a_refused_command_leaves_the_runs_hydra_record_as_it_was(data_dir, tmp_path):
     run_dir = tmp_path / "run"
     assert run(["debug=smoke", "model.hidden=[16]", f"hydra.run.dir={run_dir}"], data_dir).returncode == 0
     before = {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()}
+    log = (run_dir / "train.log").read_bytes()
     refused = run(["debug=smoke", "model.hidden=[32]", f"hydra.run.dir={run_dir}"], data_dir)
     assert refused.returncode == 2 and "model.hidden ([16] -> [32])" in refused.stderr
+    # a learning rate may change on resume, so this one is refused only after the resume was logged
+    refused = run(["debug=smoke", "model.hidden=[16]", "optimizer.learning_rate=0.01", f"hydra.run.dir={run_dir}"],
+                  data_dir)
+    assert refused.returncode == 2 and "optimizer.learning_rate (0.001 -> 0.01)" in refused.stderr
+    assert run(["debug=smoke", "model.hidden=[16]", f"hydra.run.dir={run_dir}"], data_dir).returncode == 0  # reported
     assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()} == before
+    assert (run_dir / "train.log").read_bytes() == log  # nor does its log tell of these commands
 
 
 def test_only_a_refusal_before_the_run_opened_its_outputs_puts_the_record_back(tmp_path):

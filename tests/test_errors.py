@@ -495,12 +495,29 @@ def test_a_damaged_saved_metric_is_one_sentence_for_eval_and_resume(make_cfg, tr
         train(make_cfg("debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2", "trainer.max_steps=8"))
 
 
+def test_eval_of_a_folder_inside_or_above_a_run_names_the_run(make_cfg, trained, tmp_path):
+    for inside in (trained / "checkpoints", trained / "checkpoints" / "4"):
+        with pytest.raises(UserError, match=rf"run_dir={inside} is inside a run's checkpoints/; pass the run's "
+                                            rf"directory, run_dir={trained}\."):
+            evaluate(eval_cfg(make_cfg, inside))
+    sweep = tmp_path / "sweep"  # a multirun's root: multirun.yaml beside numbered jobs
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text("[]")
+    (sweep / "multirun.yaml").write_text("{}")
+    with pytest.raises(UserError, match=rf"run_dir={sweep} is a multirun's directory; pass one of its jobs, e\.g\. "
+                                        rf"run_dir={sweep / '0'} \(its summary\.md ranks them\)\."):
+        evaluate(eval_cfg(make_cfg, sweep))
+
+
 def test_eval_choices_that_are_not_in_the_run(make_cfg, trained):
     with pytest.raises(UserError, match=r"checkpoint=5 is not in .*; use final, latest, best or one of the steps "
                                         r"\[2, 4, 6\]"):
         evaluate(eval_cfg(make_cfg, trained, "checkpoint=5"))
     with pytest.raises(UserError, match=r"split=validation is not in this run; choose one of \['test'\]\."):
         evaluate(eval_cfg(make_cfg, trained, "split=validation"))
+    with pytest.raises(UserError, match=r"split=train: eval\.py evaluates a run's held-out splits, and the train "
+                                        r"split's metrics are in its results\.json; choose one of \['test'\]\."):
+        evaluate(eval_cfg(make_cfg, trained, "split=train"))
     with pytest.raises(UserError, match=r"trainer\.batch_size must be a positive integer or null, got 0\."):
         evaluate(eval_cfg(make_cfg, trained, "trainer.batch_size=0"))
     shutil.rmtree(trained / "eval", ignore_errors=True)

@@ -226,6 +226,9 @@ def test_predict_without_an_export_or_arguments(tmp_path):
         predict(predict_cfg())
     with pytest.raises(UserError, match=r"has no readable export .*; run `python export\.py run_dir=.*` first\."):
         predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy"))
+    with pytest.raises(UserError, match=r"run_dir=.*missing does not exist; pass the directory of an exported "
+                                        r"training run\."):  # not "export it": there is nothing to export
+        predict(predict_cfg(f"run_dir={tmp_path / 'missing'}", "input=x.npy"))
     (tmp_path / "export").mkdir()
     for signature, model in (({"model": "model.jax", "input": {"shape": [None, 8]}, "task": "regression"}, b"\0" * 9),
                              ([], b""), ({"model": "model.jax", "task": "regression"}, b"")):

@@ -133,6 +133,17 @@ def refuse_null_groups(argv: list, conf_dir: str = CONF_DIR) -> None:
                                 f"{', '.join(options)} (or ~{group} to leave out an optional group)."))
 
 
+def refuse_bare_paths(argv: list, file_key: str | None = None) -> None:
+    """`python eval.py outputs/...` ends in Hydra's grammar error, which does not name the setting: one sentence
+    and exit 2 instead, naming run_dir (or `file_key` for a file: predict.py's input). An argument that follows a
+    flag is the flag's value, e.g. --config-dir DIR."""
+    for before, arg in zip([""] + argv, argv):
+        flag_value = before.startswith("-") and "=" not in before
+        if "=" not in arg and not arg.startswith("-") and not flag_value and ("/" in arg or os.path.exists(arg)):
+            key = file_key if file_key and os.path.isfile(arg) else "run_dir"
+            exit_with(UserError(f"{arg} is not an override; pass it as {key}={arg}."))
+
+
 def quiet_libraries() -> None:
     for noisy in ("absl", "jax"):  # library chatter (TPU probing, orbax internals) stays out of run logs
         logging.getLogger(noisy).setLevel(logging.ERROR)

@@ -13,6 +13,7 @@ from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
 from zoo.parallel.distributed import is_primary
 from zoo.resume import checkpoint_settings
+from zoo.sweeps.jobs import find_job_dirs
 from zoo.targets import check_targets
 
 log = logging.getLogger("zoo")
@@ -37,9 +38,23 @@ def _open_checkpoints(run_dir: str) -> Checkpoints:
     if ckpts is None or not ckpts.steps():
         if ckpts is not None:
             ckpts.close()
-        raise UserError(f"run_dir={run_dir} has no complete checkpoint in checkpoints/; train it (with "
-                        "checkpoint.enabled=true) or pass another run_dir.")
+        raise UserError(_not_a_run(run_dir) or f"run_dir={run_dir} has no complete checkpoint in checkpoints/; "
+                        "train it (with checkpoint.enabled=true) or pass another run_dir.")
     return ckpts
+
+
+def _not_a_run(run_dir: str):
+    """What run_dir is when it is a folder above or inside a run rather than a run: a sentence, else None."""
+    path = os.path.abspath(run_dir)
+    for above in (path, os.path.dirname(path)):  # checkpoints/ itself, or one of its steps
+        if os.path.basename(above) == "checkpoints":
+            return (f"run_dir={run_dir} is inside a run's checkpoints/; pass the run's directory, "
+                    f"run_dir={os.path.dirname(above)}.")
+    jobs = find_job_dirs(run_dir) if os.path.isfile(os.path.join(run_dir, "multirun.yaml")) else []
+    if jobs:
+        return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "
+                "(its summary.md ranks them).")
+    return None
 
 
 def _pick_steps(ckpts: Checkpoints, which, cfg: DictConfig) -> list:
@@ -132,7 +147,9 @@ def evaluate(cfg: DictConfig) -> dict:
     run, step, state, meta = restore_run(cfg, "eval.py", "eval", "eval results")
     ema_decay = meta["config"]["trainer"].get("ema_decay")
     if cfg.split not in run.eval_sets:
-        raise UserError(f"split={cfg.split} is not in this run; choose one of {sorted(run.eval_sets)}.")
+        what = (": eval.py evaluates a run's held-out splits, and the train split's metrics are in its results.json"
+                if cfg.split == "train" else " is not in this run")
+        raise UserError(f"split={cfg.split}{what}; choose one of {sorted(run.eval_sets)}.")
     batches, count = run.eval_sets[cfg.split]
     metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, batches, count)
     path = os.path.join(cfg.run_dir, "eval", f"{cfg.split}-{step}.json")

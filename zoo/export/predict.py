@@ -37,6 +37,9 @@ def _check_command(cfg: DictConfig) -> None:
 
 def load_export(run_dir: str):
     """(exported function, signature) from `<run_dir>/export/`."""
+    if not os.path.isdir(run_dir):
+        what = "is a file, not a directory" if os.path.exists(run_dir) else "does not exist"
+        raise UserError(f"run_dir={run_dir} {what}; pass the directory of an exported training run.")
     directory = os.path.join(run_dir, "export")
     try:
         with open(os.path.join(directory, "signature.json")) as f:
