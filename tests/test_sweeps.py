@@ -124,7 +124,10 @@ def test_grid_sweep_with_a_failed_job_still_writes_the_summary(data_dir, tmp_pat
     sweep = tmp_path / "grid_fail"
     proc = multirun(data_dir, sweep, "dataset=diabetes", "model=linear", "optimizer.learning_rate=1e-2,1e30",
                     check=False)
-    assert proc.returncode != 0  # Hydra's basic sweeper raises after all jobs ran (and skips on_multirun_end)
+    assert proc.returncode == 1  # Hydra's basic sweeper raises after all jobs ran (and skips on_multirun_end)
+    assert "Traceback" not in proc.stderr  # a UserError is one of Hydra's compact exceptions: its sentence alone
+    ending = proc.stderr[proc.stderr.index("Error executing job with overrides:"):]
+    assert "'optimizer.learning_rate=1e+30'" in ending and "training loss became non-finite" in ending
     rows = summary_rows(sweep)
     assert [(r["job"], r["status"]) for r in rows] == [("0", "completed"), ("1", "failed")]
     assert "non-finite" in rows[1]["reason"] and (sweep / "1" / "failure.json").is_file()
@@ -244,3 +247,8 @@ def test_a_multiruns_job_with_cpu_devices_null_gets_one_device_after_one_that_se
     multirun(data_dir, tmp_path, "parallel=pmap", "parallel.cpu_devices=2,null")
     devices = [json.loads((tmp_path / job / "results.json").read_text())["devices"] for job in ("0", "1")]
     assert devices == [2, 1]  # as each command alone
+
+
+def test_report_help_prints_its_usage(capsys):
+    assert report.main(["--help"]) == 0 and report.main(["-h"]) == 0
+    assert capsys.readouterr().out.count("usage: python -m zoo.sweeps.report MULTIRUN_DIR") == 2

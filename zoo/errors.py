@@ -4,9 +4,13 @@ Every message the zoo prints is catalogued, with the input that causes it, in do
 """
 import sys
 
+from hydra.errors import CompactHydraException
 
-class UserError(Exception):
-    """A setting, file or directory the user must change; the message names it."""
+
+class UserError(CompactHydraException):
+    """A setting, file or directory the user must change; the message names it. (A Hydra compact exception:
+    where Hydra itself reports one, e.g. a multirun's failed job at the end of the sweep, it prints the message
+    alone, without a traceback.)"""
 
     exit_code = 2
 

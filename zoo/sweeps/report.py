@@ -170,9 +170,12 @@ def _one_writer_at_a_time(root: str):
 
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    usage = "usage: python -m zoo.sweeps.report MULTIRUN_DIR  (a directory written by `python train.py -m ...`)"
+    if args in (["-h"], ["--help"]):
+        print(usage)
+        return 0
     if len(args) != 1:
-        print("usage: python -m zoo.sweeps.report MULTIRUN_DIR  (a directory written by `python train.py -m ...`)",
-              file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     if not os.path.isdir(args[0]):
         print(f"error: {args[0]} is not a directory; pass a multirun's directory (hydra.sweep.dir).", file=sys.stderr)
