@@ -10,6 +10,8 @@ import subprocess
 import sys
 import types
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import SignalAtRead, subprocess_env
@@ -96,6 +98,26 @@ def test_members_with_a_learning_rate_schedule_equal_their_solo_runs(make_cfg, g
         train(solo_cfg)
         assert_same_trajectory(cfg.paths.output_dir, solo_cfg.paths.output_dir)
     assert ("learning_rate" in member_hyperparameters(cfgs)[0]["optimizer"]) == (grid == GRID)
+
+
+@pytest.mark.parametrize("model", ["model=mlp", "model=cnn"])
+def test_members_models_are_bitwise_those_of_their_solo_runs(make_cfg, data_dir, model):
+    """One compiled initialiser draws every member's parameters; a member's model must be the one its solo run
+    builds eagerly from its own seed: parameters, model state (BatchNorm's) and graph."""
+    from flax import nnx
+
+    from zoo.data import load_dataset
+
+    cfg = make_cfg(model, "model.dropout=0.3")
+    data = load_dataset(cfg.dataset, data_dir)
+    seeds = [0, 7, 123]
+    for seed, built in zip(seeds, population_train._member_models(cfg, data, seeds)):
+        solo = zoo.train.build_model(make_cfg(model, "model.dropout=0.3", f"seed={seed}"), data)
+        (graph, state), (solo_graph, solo_state) = nnx.split(built), nnx.split(solo)
+        assert graph == solo_graph and jax.tree.structure(state) == jax.tree.structure(solo_state)
+        for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(solo_state)):
+            assert np.array_equal(jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a,
+                                  jax.random.key_data(b) if jnp.issubdtype(b.dtype, jax.dtypes.prng_key) else b)
 
 
 def test_a_members_model_summary_counts_its_solo_runs_flops(make_cfg):

@@ -51,10 +51,11 @@ def setup_compilation_cache(path) -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
-def build_model(cfg: DictConfig, data: Dataset) -> nnx.Module:
+def build_model(cfg: DictConfig, data: Dataset, key=None) -> nnx.Module:
+    """`key`: the parameters' PRNG key where it is traced (a population's members), else jax.random.key(seed)."""
     try:
         return safe_instantiate(cfg.model, "model", input_shape=data.input_shape, out_features=data.out_features,
-                                rngs=nnx.Rngs(params=cfg.seed))
+                                rngs=nnx.Rngs(params=cfg.seed if key is None else key))
     except UserError as e:
         model_name = str(cfg.model.get("_target_", "?")).rsplit(".", 1)[-1].lower()
         raise UserError(f"model={model_name} cannot be built for dataset={cfg.dataset.name} (inputs "

@@ -123,7 +123,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                for c in cfgs]
     total_steps = total_steps_for(cfg.trainer, streams[0].steps_per_epoch)
     check_run_length(cfg, total_steps)
-    models = [build_model(c, data) for c in cfgs]
+    models = _member_models(cfg, data, [c.seed for c in cfgs])
     initial = [create_state(model, build_optimizer(c, total_steps), c.seed) for model, c in zip(models, cfgs)]
     graphdef = initial[0][0]
     # over the whole group: a dropout rate all members share is a constant of member 0's graphdef, whoever
@@ -181,6 +181,16 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     for i, m in members:
         outcomes[i] = m.error if m.error is not None else m.results
     return outcomes
+
+
+def _member_models(cfg, data, seeds: list) -> list:
+    """Each member's model, its parameters drawn by one compiled initialiser for all: built eagerly, each model
+    would run its initialisers op by op (16 digits MLPs: 1.5 s against 0.9 s, compiling included). The draws are
+    bitwise those of each member's solo run; the members share `cfg`'s structure (check_one_group), and what
+    differs between them (optimizer settings, dropout rate) is not the model's parameters."""
+    graphdef = nnx.split(nnx.eval_shape(lambda: build_model(cfg, data)))[0]
+    init = jax.jit(lambda key: nnx.state(build_model(cfg, data, key)))
+    return [nnx.merge(graphdef, init(jax.random.key(seed))) for seed in seeds]
 
 
 def member_devices(cfg, devices: list, members: int, train_split) -> list:
