@@ -144,3 +144,20 @@ def test_a_lost_child_leaves_the_figures_to_the_one_still_drawing(monkeypatch):
     for i in range(3):
         run_logger._draw("draw", lambda *a: spans.append(("here",)), HISTORY, "accuracy", f"curves{i}.png")
     assert [s[0] for s in spans] == ["curves"] * 3
+
+
+def test_the_child_ends_quietly_when_its_parent_is_gone(tmp_path):
+    """A sweep killed by SIGTERM while its curves child draws: the child's answer meets a closed pipe, and it ends
+    without printing a BrokenPipeError traceback into the user's terminal."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "zoo.curves"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=curves.__file__.rsplit("/zoo/", 1)[0])
+    proc.stdout.close()  # the parent is gone before the child answers
+    request = {"history": HISTORY, "metric": "accuracy", "path": str(tmp_path / "curves.png")}
+    proc.stdin.write(json.dumps(request) + "\n")
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == ""

@@ -122,8 +122,12 @@ def main() -> None:
             reply = {}
         except Exception as e:  # noqa: BLE001 — reported to the parent, which warns; the next request may work
             reply = {"error": f"{type(e).__name__}: {e}"}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(json.dumps(reply) + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:  # the parent is gone (e.g. killed by a signal): nobody to answer, nothing to report
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # or Python's exit flush complains
+            return
 
 
 if __name__ == "__main__":
