@@ -119,6 +119,7 @@ def test_jobs_given_one_directory_run_one_after_another_as_under_the_basic_launc
         assert proc.returncode == 1 and "one population" not in proc.stderr + proc.stdout
         failure = json.loads((sweep / "same" / "failure.json").read_text())
         assert "already holds a finished run trained with other settings: seed (0 -> 1)" in failure["reason"]
+        assert failure["reason"].endswith("choose a new hydra.sweep.dir.")  # what gives a multirun's jobs new dirs
         runs[launcher] = [{k: v for k, v in json.loads(line).items() if k != "examples_per_s"}
                           for line in (sweep / "same" / "metrics.jsonl").read_text().splitlines()]
     assert runs["population"] == runs["basic"]  # seed 0's run alone, logged once

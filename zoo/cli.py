@@ -20,6 +20,11 @@ from zoo.errors import Interrupted, UserError, exit_with
 from zoo.preemption import Preempted, interrupts_remembered
 
 
+def new_run_dir() -> str:
+    """The setting that gives the command a run directory of its own: a multirun's jobs live in hydra.sweep.dir."""
+    return "hydra.sweep.dir" if in_multirun() else "hydra.run.dir"
+
+
 def in_multirun(hydra_cfg=None) -> bool:
     """True inside a job of a Hydra multirun (python train.py -m ...); `hydra_cfg`: that job's Hydra node
     (default: the current job's)."""

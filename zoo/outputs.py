@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.checkpoint import Checkpoints
-from zoo.cli import in_multirun
+from zoo.cli import in_multirun, new_run_dir
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import UserError
 from zoo.loop import NonFiniteLoss, metric_summary
@@ -109,17 +109,17 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     results_path = os.path.join(out_dir, "results.json")
     if ckpts is None and os.path.exists(results_path):
         raise UserError(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
-                        "choose a new hydra.run.dir.")
+                        f"choose a new {new_run_dir()}.")
     if ckpts is None and _has_entries(os.path.join(out_dir, "checkpoints")):  # a stopped run: its log too
         raise UserError(f"hydra.run.dir={out_dir} holds the checkpoints of an unfinished run, which "
                         "checkpoint.enabled=false would start over; set checkpoint.enabled=true to resume it or "
-                        "choose a new hydra.run.dir.")
+                        f"choose a new {new_run_dir()}.")
     target = {"state": host_state, "sums": zero_sums}
     early = early_stopping_for(cfg, settings)
     try:
         if ckpts is not None and not ckpts.steps() and os.path.exists(results_path):
             raise UserError(f"hydra.run.dir={out_dir} already holds a finished run (results.json) but no checkpoint "
-                            "to continue from; choose a new hydra.run.dir.")
+                            f"to continue from; choose a new {new_run_dir()}.")
         start_step, restored, meta = find_start(cfg, ckpts, target)
         if early is not None and meta:
             early.load_state_dict(meta.get("early_stopping"))
@@ -127,7 +127,7 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         if restored is not None and start_step > total_steps and not stopped_early:
             raise UserError(f"hydra.run.dir={out_dir} holds a run at step {start_step}, past the {total_steps} steps "
                             "trainer.epochs and trainer.max_steps now give; restore them or choose a new "
-                            "hydra.run.dir.")
+                            f"{new_run_dir()}.")
         _check_scheduled_length(cfg, meta, total_steps, ckpts)
         ended = start_step == total_steps or stopped_early
         recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
@@ -167,7 +167,7 @@ def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts) -> N
     if cfg.schedule is not None or meta["config"].get("schedule") is not None:
         raise UserError(f"the checkpoints in {ckpts.directory} follow a learning-rate schedule over {scheduled} "
                         f"steps, and trainer.epochs, trainer.max_steps and trainer.batch_size now give {total_steps}; "
-                        "restore them or start in a new hydra.run.dir.")
+                        f"restore them or start in a new {new_run_dir()}.")
 
 
 def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_step: int = 0):
@@ -234,7 +234,7 @@ def _recorded_results(cfg: DictConfig, task, results_path: str, meta: dict, step
     changed = result_changes(meta["config"], cfg)
     if changed:
         raise UserError(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
-                        f"settings: {'; '.join(changed)}; choose a new hydra.run.dir.")
+                        f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
     return RecordedResults(results, objective=objective_of(cfg, results, task))
 
 

@@ -5,6 +5,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
+from zoo.cli import new_run_dir
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import UserError
 from zoo.privacy.plan import resume_defining
@@ -77,7 +78,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     own_steps = ckpts.steps() if ckpts else []
     if resume == "never" and own_steps:
         raise UserError(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
-                        "trainer.resume=never; choose a new hydra.run.dir or set trainer.resume=auto.")
+                        f"trainer.resume=never; choose a new {new_run_dir()} or set trainer.resume=auto.")
     if own_steps:
         source = ckpts
     elif resume in ("auto", "never"):
@@ -108,7 +109,7 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target):
     changed = changed_settings(saved, current, STATE_DEFINING + resume_defining(saved_config, current))
     if changed:
         raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
-                        f"{'; '.join(changed)}; restore those settings or start in a new hydra.run.dir.")
+                        f"{'; '.join(changed)}; restore those settings or start in a new {new_run_dir()}.")
     try:
         step, tree, meta = restore_latest_good(source, target)
     except StateMismatch:
