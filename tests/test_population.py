@@ -320,7 +320,9 @@ def test_integer_optimizer_settings_stay_constants_and_split_groups(make_cfg):
     (["parallel.device_data_mb=0.01"],  # the split's size as a figure, however small: not "(0 MB)"
      r"\((?!0 MB)[0-9.e-]+ MB\) exceeds parallel\.device_data_mb=0\.01; raise that limit"),
     (["trainer.profile=true"], "set trainer.profile=false"),
-], ids=["pmap", "fsdp", "device-data", "profile"])
+    (["optimized_metric=[test/accuracy,wall_time_s]"],  # each member's would be the group's
+     r"optimized_metric names wall_time_s, which a population's members share .*use hydra/launcher=basic"),
+], ids=["pmap", "fsdp", "device-data", "profile", "time-objective"])
 def test_what_a_population_cannot_train_is_refused_with_the_setting_to_change(make_cfg, overrides, setting):
     with pytest.raises(UserError, match=setting):
         train_population(configs(make_cfg, "refused", *overrides))

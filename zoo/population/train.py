@@ -54,6 +54,11 @@ def check_population_settings(cfg) -> None:
     if cfg.privacy.mode != "none":
         raise UserError("hydra/launcher=population does not train privacy=dpsgd members (their Poisson-sampled "
                         "batches differ in size); use hydra/launcher=basic.")
+    objectives = cfg.optimized_metric if OmegaConf.is_list(cfg.optimized_metric) else [cfg.optimized_metric]
+    timed = [str(name) for name in objectives if str(name) in ("wall_time_s", "examples_per_s")]
+    if timed:
+        raise UserError(f"optimized_metric names {timed[0]}, which a population's members share (they train as one "
+                        "program, in one time); use hydra/launcher=basic to optimise time.")
 
 
 def trains_alone(cfg) -> str | None:
