@@ -252,3 +252,31 @@ def test_a_multiruns_job_with_cpu_devices_null_gets_one_device_after_one_that_se
 def test_report_help_prints_its_usage(capsys):
     assert report.main(["--help"]) == 0 and report.main(["-h"]) == 0
     assert capsys.readouterr().out.count("usage: python -m zoo.sweeps.report MULTIRUN_DIR") == 2
+
+
+def test_a_sweep_dir_holding_another_objectives_jobs_is_refused(data_dir, tmp_path):
+    """One summary ranks one objective: another sweep run into a sweep dir whose jobs optimised another objective
+    is refused before any job runs, and the summary there stays as it was. (The same sweep run again with another
+    optimized_metric is not: its finished jobs report under it, test_population_sweep.py.)"""
+    sweep = tmp_path / "objective"
+    multirun(data_dir, sweep, "seed=0")  # test/accuracy
+    written = (sweep / "summary.csv").read_text()
+    proc = multirun(data_dir, sweep, "seed=0,1", "optimized_metric=test/loss", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+        f"error: hydra.sweep.dir={sweep} holds jobs that optimised test/accuracy, and this sweep optimises test/loss; "
+        "one summary cannot rank both, so choose a new hydra.sweep.dir.")
+    assert (sweep / "summary.csv").read_text() == written and not (sweep / "1").exists()
+    assert multirun(data_dir, sweep, "seed=0,1").returncode == 0  # the same objective goes on in it
+
+
+def test_report_refuses_jobs_of_different_objectives(tmp_path, capsys):
+    for job, metric in (("a/0", "test/accuracy"), ("b/0", "test/loss")):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra" / "overrides.yaml").write_text("[]")
+        (tmp_path / job / ".hydra" / "config.yaml").write_text(f"optimized_metric: {metric}\n")
+        (tmp_path / job / ".hydra" / "hydra.yaml").write_text("hydra: {}\n")
+    assert report.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: the jobs under {tmp_path} optimised different objectives, "
+                                       f"test/accuracy ({tmp_path}/a/0) and test/loss ({tmp_path}/b/0); pass one "
+                                       "sweep's directory.\n")
+    assert report.main([str(tmp_path / "a")]) == 0  # one sweep's jobs alone

@@ -30,10 +30,7 @@ def objective_and_direction(job_dir: str) -> tuple:
     A multi-objective sweep gives two lists: (['validation/accuracy', 'wall_time_s'], ['maximize', 'minimize'])."""
     cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "config.yaml"))
     hydra_cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "hydra.yaml"))
-    name = OmegaConf.select(cfg, "optimized_metric")
-    if name is None:
-        name = default_objective(cfg)
-    name = name if isinstance(name, str) else [str(n) for n in name]
+    name = objective_name(cfg)
     direction = [direction_of(n) for n in name] if isinstance(name, list) else direction_of(name)
     swept = OmegaConf.select(hydra_cfg, "hydra.sweeper.directions", default=None)
     swept = swept if swept is not None else OmegaConf.select(hydra_cfg, "hydra.sweeper.direction", default=None)
@@ -42,6 +39,26 @@ def objective_and_direction(job_dir: str) -> tuple:
         swept = [str(d).rpartition(".")[2].lower() for d in (swept if isinstance(swept, list) else [swept])]
         direction = swept if isinstance(name, list) else swept[0]
     return name, direction
+
+
+def objective_name(cfg) -> str | list:
+    """'validation/accuracy' (or a list of names): what a train config's runs report as their objective."""
+    name = OmegaConf.select(cfg, "optimized_metric")
+    if name is None:
+        name = default_objective(cfg)
+    return name if isinstance(name, str) else [str(n) for n in name]
+
+
+def mixed_objectives(jobs: list) -> str | None:
+    """'validation/accuracy (job 0) and test/loss (job 7)' when `jobs` optimised different objectives, else None:
+    one summary cannot rank them together."""
+    seen = {}
+    for job in jobs:
+        name = objective_name(OmegaConf.load(os.path.join(job, ".hydra", "config.yaml")))
+        seen.setdefault(str(name), job)
+    if len(seen) < 2:
+        return None
+    return " and ".join(f"{name} ({job})" for name, job in list(seen.items())[:2])
 
 
 def collect(root: str, known: dict = None) -> dict:
@@ -187,6 +204,11 @@ def main(argv=None) -> int:
         return 2
     if not find_job_dirs(args[0]):
         print(f"error: no jobs under {args[0]} (a job directory holds .hydra/overrides.yaml)", file=sys.stderr)
+        return 2
+    mixed = mixed_objectives(find_job_dirs(args[0]))
+    if mixed:
+        print(f"error: the jobs under {args[0]} optimised different objectives, {mixed}; pass one sweep's "
+              "directory.", file=sys.stderr)
         return 2
     s = write_summary(args[0])
     print(f"{len(s['rows'])} jobs; summary written to {os.path.join(s['root'], 'summary.md')}")

@@ -17,9 +17,9 @@ import traceback
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from zoo.errors import UserError
+from zoo.errors import UserError, exit_with
 from zoo.files import write_json
 from zoo.loop import TrialPruned
 from zoo.run_logger import draw_summary_plot
@@ -54,6 +54,44 @@ def write_failure(job_dir: str, job_return: JobReturn) -> None:
     write_json(os.path.join(job_dir, "failure.json"), record)
 
 
+OBJECTIVE_KEYS = ("optimized_metric", "dataset.validation_fraction")  # what decides a job's objective name
+
+
+def _refuse_another_objective(config: DictConfig) -> None:
+    """A sweep dir whose jobs optimised another objective than this command's: its summary would rank both."""
+    jobs = report.find_job_dirs(str(config.hydra.sweep.dir))
+    if not jobs:
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    task = list(config.hydra.overrides.task)
+    if _same_sweep(task, os.path.join(str(config.hydra.sweep.dir), "multirun.yaml")):
+        return  # the sweep run again, only ranked by another objective: its finished jobs report under it
+    overrides = OverridesParser.create().parse_overrides(task)
+    if any(o.is_sweep_override() and o.get_key_element().lstrip("+~") in OBJECTIVE_KEYS for o in overrides):
+        return  # each job's objective is its own value of the swept key, not the config's
+    theirs, ours = report.objective_name(OmegaConf.load(os.path.join(jobs[0], ".hydra", "config.yaml"))), None
+    with contextlib.suppress(Exception):  # a config the jobs will refuse on their own
+        ours = report.objective_name(config)
+    if ours is not None and ours != theirs:
+        exit_with(UserError(f"hydra.sweep.dir={config.hydra.sweep.dir} holds jobs that optimised {theirs}, and this "
+                            f"sweep optimises {ours}; one summary cannot rank both, so choose a new hydra.sweep.dir."))
+
+
+def _same_sweep(task: list, previous: str) -> bool:
+    """Whether the command that last ran in the sweep dir (its multirun.yaml) had these overrides, the objective
+    aside."""
+    try:
+        before = list(OmegaConf.load(previous).hydra.overrides.task)
+    except Exception:  # noqa: BLE001 — none, or unreadable: not known to be the same sweep
+        return False
+
+    def sweep(overrides):
+        return sorted(o for o in map(str, overrides) if o.partition("=")[0].lstrip("+~") != "optimized_metric")
+
+    return sweep(before) == sweep(task)
+
+
 class SweepSummary(Callback):
     def __init__(self) -> None:
         self.known = {}  # what report.collect need not read again: the objective, finished jobs' rows
@@ -62,6 +100,7 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Optuna opens sqlite:///<sweep dir>/optuna.db before the launcher creates the sweep dir.
         os.makedirs(config.hydra.sweep.dir, exist_ok=True)
+        _refuse_another_objective(config)
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         """A job run again in its directory (a resumed sweep) ends anew: what was read there before is stale."""
