@@ -269,6 +269,19 @@ def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, sett
         make_sweep(tmp_path, RecordingLauncher(), **settings).sweep([])
 
 
+def test_a_pruner_without_periodic_evals_is_refused_before_any_trial(tmp_path):
+    launcher = RecordingLauncher()
+    sweep = make_sweep(tmp_path, launcher, pruner=OmegaConf.structured(MedianPrunerConfig()), n_trials=2)
+    for arguments in ([], ["trainer.eval_every=0"]):  # from the composed config, or on the command line
+        sweep.config = OmegaConf.merge(sweep.config, {"trainer": {"eval_every": 0 if not arguments else 10}})
+        with pytest.raises(UserError, match=r"^hydra\.sweeper\.pruner needs periodic evals to judge a trial by; "
+                                            r"set trainer\.eval_every to a number of steps\.$"):
+            sweep.sweep(arguments)
+    assert launcher.calls == []  # not one trial launched to fail the same way
+    sweep.sweep(["trainer.eval_every=choice(5,10)"])  # the trials' own values decide
+    assert len(launcher.calls) == 2
+
+
 @pytest.mark.parametrize("metric, given, directions", [
     ("validation/accuracy", None, ["maximize"]),
     ("validation/loss", None, ["minimize"]),  # e.g. a preset's metric overridden: its direction follows

@@ -78,6 +78,18 @@ def objective_directions(config: DictConfig, given: list | None) -> list:
     return given
 
 
+def _eval_every(config, space) -> int:
+    """The trials' trainer.eval_every where all share one (the command line's, else the config's); 1 when unknown
+    or searched over, which each trial then checks for itself."""
+    if "trainer.eval_every" in space.distributions:
+        return 1
+    line = space.fixed.get("trainer.eval_every")
+    try:
+        return int(line.partition("=")[2]) if line else int(OmegaConf.select(config, "trainer.eval_every", default=1))
+    except (TypeError, ValueError):
+        return 1
+
+
 class OptunaSweep:
     def __init__(self, sampler, direction, directions, storage, study_name, n_trials, n_jobs, max_failure_rate,
                  params, pruner):
@@ -126,6 +138,9 @@ class OptunaSweep:
             raise UserError("Optuna cannot prune a multi-objective study; drop hydra/sweeper/pruner or use one "
                             "direction.")
         space = parse_search_space(self.params, arguments)
+        if self.pruner_cfg is not None and _eval_every(self.config, space) <= 0:  # else every trial fails so
+            raise UserError("hydra.sweeper.pruner needs periodic evals to judge a trial by; set trainer.eval_every "
+                            "to a number of steps.")
         is_grid = "GridSampler" in str(self.sampler_cfg.get("_target_", ""))
         grid = space.grid() if is_grid else {}
         study = self._study(grid)

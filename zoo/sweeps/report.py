@@ -50,8 +50,8 @@ def objective_name(cfg) -> str | list:
 
 
 def mixed_objectives(jobs: list) -> str | None:
-    """'validation/accuracy (job 0) and test/loss (job 7)' when `jobs` optimised different objectives, else None:
-    one summary cannot rank them together."""
+    """'validation/accuracy (<a job dir>) and test/loss (<another>)' when `jobs` optimised different objectives,
+    else None: one summary cannot rank them together."""
     seen = {}
     for job in jobs:
         name = objective_name(OmegaConf.load(os.path.join(job, ".hydra", "config.yaml")))
@@ -202,10 +202,11 @@ def main(argv=None) -> int:
         print(f"error: {args[0]} is a single run's directory; pass the multirun directory above its jobs "
               "(hydra.sweep.dir).", file=sys.stderr)
         return 2
-    if not find_job_dirs(args[0]):
+    jobs = find_job_dirs(args[0])
+    if not jobs:
         print(f"error: no jobs under {args[0]} (a job directory holds .hydra/overrides.yaml)", file=sys.stderr)
         return 2
-    mixed = mixed_objectives(find_job_dirs(args[0]))
+    mixed = mixed_objectives(jobs)
     if mixed:
         print(f"error: the jobs under {args[0]} optimised different objectives, {mixed}; pass one sweep's "
               "directory.", file=sys.stderr)
