@@ -49,6 +49,13 @@ def unwritable_reason(path: str):
         return e.strerror or str(e)
 
 
+def require_dir(path: str, setting: str, holding: str) -> None:
+    """One sentence when `path` (the value of `setting`) is not a directory: it is missing, or a file."""
+    if not os.path.isdir(path):
+        why = "is a file, not a directory" if os.path.exists(path) else "does not exist"
+        raise UserError(f"{setting}={path} {why}; pass the directory of {holding}.")
+
+
 def check_writable(path: str, setting: str) -> None:
     reason = unwritable_reason(path)
     if reason:

@@ -5,7 +5,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, restore_latest_good
-from zoo.cli import unwritable_reason
+from zoo.cli import require_dir, unwritable_reason
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
 from zoo.files import write_json
@@ -30,9 +30,7 @@ def _check_command(cfg: DictConfig, script: str) -> None:
 
 
 def _open_checkpoints(run_dir: str) -> Checkpoints:
-    if not os.path.isdir(run_dir):
-        what = "is a file, not a directory" if os.path.exists(run_dir) else "does not exist"
-        raise UserError(f"run_dir={run_dir} {what}; pass the directory of a training run.")
+    require_dir(run_dir, "run_dir", "a training run")
     directory = os.path.join(run_dir, "checkpoints")
     ckpts = Checkpoints(directory, read_only=True) if os.path.isdir(directory) else None
     if ckpts is None or not ckpts.steps():

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from zoo.cli import require_dir
 from zoo.errors import UserError
 from zoo.files import write_text
 
@@ -37,9 +38,7 @@ def _check_command(cfg: DictConfig) -> None:
 
 def load_export(run_dir: str):
     """(exported function, signature) from `<run_dir>/export/`."""
-    if not os.path.isdir(run_dir):
-        what = "is a file, not a directory" if os.path.exists(run_dir) else "does not exist"
-        raise UserError(f"run_dir={run_dir} {what}; pass the directory of an exported training run.")
+    require_dir(run_dir, "run_dir", "an exported training run")
     directory = os.path.join(run_dir, "export")
     try:
         with open(os.path.join(directory, "signature.json")) as f:

@@ -14,6 +14,7 @@ import logging
 import os
 import traceback
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -62,8 +63,6 @@ def _refuse_another_objective(config: DictConfig) -> None:
     jobs = report.find_job_dirs(str(config.hydra.sweep.dir))
     if not jobs:
         return
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     task = list(config.hydra.overrides.task)
     if _same_sweep(task, os.path.join(str(config.hydra.sweep.dir), "multirun.yaml")):
         return  # the sweep run again, only ranked by another objective: its finished jobs report under it
