@@ -112,13 +112,17 @@ class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
         if config.hydra.mode != RunMode.MULTIRUN:
             return
+        job_dir = config.hydra.runtime.output_dir
         if job_return.status == JobStatus.FAILED:
-            write_failure(config.hydra.runtime.output_dir, job_return)
+            # a job refused to train over a finished run (its own with other settings, or another job's in a
+            # shared hydra.sweep.subdir) leaves that run's directory as it was: the refusal is on the console
+            if not os.path.exists(os.path.join(job_dir, "results.json")):
+                write_failure(job_dir, job_return)
             # a pruned trial is routine: sweepers that prune go on and end with on_multirun_end
             self.plot_each_job |= not isinstance(job_return._return_value, TrialPruned)
         else:  # a stopped job its sweep's rerun has completed: the stop's failure.json no longer holds
             with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(config.hydra.runtime.output_dir, "failure.json"))
+                os.remove(os.path.join(job_dir, "failure.json"))
         report_now = functools.partial(self._report_so_far, str(config.hydra.sweep.dir))
         if _batch["open"]:
             _batch["last"] = report_now
