@@ -98,11 +98,22 @@ def test_a_job_run_again_in_its_directory_is_summarised_by_how_it_ends_now(tmp_p
     write_job(tmp_path, "0", ["seed=0"], results=completed(0.5))
     write_job(tmp_path, "1", ["seed=1"], failure={"status": "failed", "error": "Preempted", "reason": "stopped"})
     job_end(callback, tmp_path, "0")  # a resumed sweep: job 1's stop is still on disk when job 0 ends
-    assert "| 1 | failed |" in (tmp_path / "summary.md").read_text()
+    assert "| 1 | stopped |" in (tmp_path / "summary.md").read_text()
     callback.on_job_start(job_config(tmp_path, "1"))
     (tmp_path / "1" / "results.json").write_text(json.dumps(completed(0.9)))  # it continues and completes
     job_end(callback, tmp_path, "1")
     assert "| 1 | 1 | completed |" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_job_a_stop_signal_saved_is_stopped_not_failed(tmp_path):
+    """A rerun of the sweep resumes it: the summary says so, and ranks it after the pruned, before the failed."""
+    write_job(tmp_path, "0", ["seed=0"], failure={"status": "failed", "error": "NonFiniteLoss", "reason": "nan"})
+    write_job(tmp_path, "1", ["seed=1"], failure={"status": "failed", "error": "Preempted", "reason": "stopped"})
+    write_job(tmp_path, "2", ["seed=2"], results=completed(0.5))
+    summary = sweep_report.write_summary(str(tmp_path))
+    assert [(r["job"], r["status"]) for r in summary["rows"]] == [("2", "completed"), ("1", "stopped"),
+                                                                  ("0", "failed")]
+    assert "Jobs: 3 (1 completed, 1 stopped, 1 failed)." in (tmp_path / "summary.md").read_text()
 
 
 def test_the_table_follows_every_job_and_the_plot_comes_at_the_end_or_on_a_failure(tmp_path):

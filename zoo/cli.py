@@ -4,6 +4,8 @@ Exit codes: 0 done, 1 Hydra refused the command line (its own message) or an une
 setting to change (zoo.errors.UserError), 128+N stopped by signal N (130: Ctrl-C). docs/errors.md lists them all.
 `HYDRA_FULL_ERROR=1` shows the traceback behind exits 1 and 2 (exit 1 then); stops keep their line and code.
 """
+import contextlib
+import contextvars
 import fcntl
 import logging
 import os
@@ -25,9 +27,24 @@ def new_run_dir() -> str:
     return "hydra.sweep.dir" if in_multirun() else "hydra.run.dir"
 
 
+_member_job = contextvars.ContextVar("zoo_member_job", default=None)
+
+
+@contextlib.contextmanager
+def as_job(hydra_cfg):
+    """Inside, the current job is the one whose Hydra node is `hydra_cfg` (None: as outside): a population works
+    on its members' runs while Hydra's current job is none of theirs."""
+    token = _member_job.set(hydra_cfg)
+    try:
+        yield
+    finally:
+        _member_job.reset(token)
+
+
 def in_multirun(hydra_cfg=None) -> bool:
     """True inside a job of a Hydra multirun (python train.py -m ...); `hydra_cfg`: that job's Hydra node
     (default: the current job's)."""
+    hydra_cfg = hydra_cfg if hydra_cfg is not None else _member_job.get()
     if hydra_cfg is None:
         if not HydraConfig.initialized():
             return False

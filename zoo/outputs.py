@@ -120,6 +120,7 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         if ckpts is not None and not ckpts.steps() and os.path.exists(results_path):
             raise UserError(f"hydra.run.dir={out_dir} already holds a finished run (results.json) but no checkpoint "
                             f"to continue from; choose a new {new_run_dir()}.")
+        own = bool(ckpts and ckpts.steps())  # its own checkpoints, not trainer.resume's
         start_step, restored, meta = find_start(cfg, ckpts, target)
         if early is not None and meta:
             early.load_state_dict(meta.get("early_stopping"))
@@ -132,6 +133,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         ended = start_step == total_steps or stopped_early
         recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
             else None
+        if own and not ended and in_multirun():
+            _refuse_other_settings_in_a_sweep(cfg, meta, start_step)
     except BaseException:  # refused (other settings, resume=never): release the manager opened above
         if ckpts is not None:
             ckpts.close()
@@ -156,6 +159,16 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     saver = _saver(cfg, ckpts, stream, total_steps, early, start_step)
     return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
                       start_step, host_state, sums, early)
+
+
+def _refuse_other_settings_in_a_sweep(cfg: DictConfig, meta: dict, step: int) -> None:
+    """A sweep's job is what its overrides say: resumed under other values, it would be reported with values it
+    was trained with only in part (a single run may go on with, say, a lower learning rate)."""
+    changed = result_changes(meta["config"], cfg)
+    if changed:
+        raise UserError(f"hydra.run.dir={cfg.paths.output_dir} holds this sweep job's run, stopped at step {step} and "
+                        f"trained with other settings: {'; '.join(changed)}; rerun the sweep's own command to go on "
+                        "with it, or choose a new hydra.sweep.dir.")
 
 
 def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts) -> None:

@@ -1,6 +1,7 @@
 """train(cfg) -> results: an ordinary function; train.py wraps it for Hydra and the tests call it directly."""
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass
 
@@ -160,32 +161,41 @@ def train(cfg: DictConfig) -> dict:
     if cfg.trainer.profile:
         jax.profiler.start_trace(os.path.join(cfg.paths.output_dir, "profile"))
     try:
-        with stop_on_signals() as stop:
+        with stop_on_signals() as stop:  # held until the run is finished: a signal while it finishes lets it finish
             state, train_metrics, examples_per_s, step = fit(
                 state, compiled, run.feed, run.eval_sets, cfg.trainer, out.end_step, out.logger,
                 start_step=out.start_step, sums=out.sums, save=out.save, stop=stop,
                 on_eval=eval_reporter(cfg, compiled.task), stop_early=out.early.update if out.early else None)
-        if stop and step < out.end_step:  # a signal during the last call: the run is complete, finish it
-            if out.ckpts:
-                out.ckpts.wait()
-            raise preempted(step, stop.signum, cfg.paths.output_dir, saved=out.ckpts is not None)
-        if out.early is not None:
-            periodic = None
-            if out.early.stopped_step is None:
-                periodic = evaluate(state, compiled, *next(iter(run.eval_sets.values())))
-            state = mode.put_state(out.reported_state(mode.get(state), periodic))
-        split_metrics = {split: evaluate(state, compiled, batches, count)
-                         for split, (batches, count) in run.eval_sets.items()}
-        extras = dict(steps=step, start_step=out.start_step, wall_time_s=time.perf_counter() - t0,
-                      examples_per_s=examples_per_s, devices=mode.num_devices, parallel=cfg.parallel.mode)
-        extras["model"] = {**model, "achieved_gflop_s": achieved_gflop_s(model, run.stream.batch_size,
-                                                                         examples_per_s)}
-        extras.update(ema_note(cfg))
-        if run.privacy:
-            extras["privacy"] = run.privacy.record(step)  # the steps run: early stopping may end sooner
-        results = out.finish(step, train_metrics, split_metrics, mode.get(state), **extras)
+            if stop and step < out.end_step:  # stopped before its end, and saved there
+                if out.ckpts:
+                    out.ckpts.wait()
+                raise preempted(step, stop.signum, cfg.paths.output_dir, saved=out.ckpts is not None)
+            results, state = _finish(cfg, run, out, state, step, train_metrics, examples_per_s, model, t0)
+            if stop:  # the signal came while the complete run finished: finishing was quicker than stopping
+                log.info("%s arrived while the run finished; it completed first", signal.Signals(stop.signum).name)
     finally:
         if cfg.trainer.profile:
             jax.profiler.stop_trace()
         out.close()
     return {**results, "state": mode.get(state)}
+
+
+def _finish(cfg: DictConfig, run: Run, out, state, step: int, train_metrics: dict, examples_per_s: float, model: dict,
+            t0: float):
+    """(results, the state reported): a run trained to its end gets its final evals, checkpoint and results.json."""
+    compiled, mode = run.compiled, run.compiled.mode
+    if out.early is not None:
+        periodic = None
+        if out.early.stopped_step is None:
+            periodic = evaluate(state, compiled, *next(iter(run.eval_sets.values())))
+        state = mode.put_state(out.reported_state(mode.get(state), periodic))
+    split_metrics = {split: evaluate(state, compiled, batches, count)
+                     for split, (batches, count) in run.eval_sets.items()}
+    extras = dict(steps=step, start_step=out.start_step, wall_time_s=time.perf_counter() - t0,
+                  examples_per_s=examples_per_s, devices=mode.num_devices, parallel=cfg.parallel.mode)
+    extras["model"] = {**model, "achieved_gflop_s": achieved_gflop_s(model, run.stream.batch_size,
+                                                                     examples_per_s)}
+    extras.update(ema_note(cfg))
+    if run.privacy:
+        extras["privacy"] = run.privacy.record(step)  # the steps run: early stopping may end sooner
+    return out.finish(step, train_metrics, split_metrics, mode.get(state), **extras), state

@@ -6,6 +6,7 @@ eval.py, resume and the sweep summary treat it as the solo run it equals.
 """
 import functools
 import logging
+import signal
 import time
 
 import jax
@@ -13,6 +14,7 @@ import numpy as np
 from flax import nnx
 from omegaconf import OmegaConf
 
+from zoo.cli import as_job
 from zoo.config import validate
 from zoo.data import TrainStream
 from zoo.data.feed import MB, fits_on_device, fold_mask, split_bytes
@@ -146,7 +148,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
             out = None
             logs.open(c.paths.output_dir)
             try:
-                with member_lines(c.paths.output_dir):  # its resume lines go to its own train.log
+                with member_lines(c.paths.output_dir), as_job(hydra_cfgs[i]):  # its lines go to its own train.log
                     out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
                 if out.recorded is not None:  # finished before this command: it reports its results.json
                     outcomes[i] = out.recorded
@@ -248,22 +250,32 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
     periodic = next(iter(eval_sets))
     log.info("population of %d members on %d device(s), %d steps", len(run), program.num_devices, total_steps)
     t_fit = time.perf_counter()
-    with stop_on_signals() as stop:
+    with stop_on_signals() as stop:  # held until the members finish: a signal then lets them finish
         states, step = fit_population(program, states, accs, run, hyper, cfg.trainer, total_steps, task,
                                       (periodic, *eval_sets[periodic]), stop, steps_per_call)
-    fit_seconds = time.perf_counter() - t_fit
-    if stop:  # a member the signal stopped before its end was saved there; one already complete finishes
-        for m in (m for m in run if m.error is None and m.outputs.start_step < m.end and step < m.end):
-            try:
-                if m.outputs.ckpts:
-                    m.outputs.ckpts.wait()
-                at = max(step, m.outputs.start_step)  # a member still waiting for its resume step stays there
-                m.error = preempted(at, stop.signum, m.outputs.cfg.paths.output_dir, m.hydra_cfg,
-                                    saved=m.outputs.ckpts is not None)
-            except UserError as e:  # its save at the stop failed: it alone reports that
-                m.error = e
-        if all(m.error is not None for m in run):
-            return
+        stopped = bool(stop)
+        if stopped:  # a member the signal stopped before its end was saved there; one already complete finishes
+            for m in (m for m in run if m.error is None and m.outputs.start_step < m.end and step < m.end):
+                try:
+                    if m.outputs.ckpts:
+                        m.outputs.ckpts.wait()
+                    at = max(step, m.outputs.start_step)  # a member still waiting for its resume step stays there
+                    m.error = preempted(at, stop.signum, m.outputs.cfg.paths.output_dir, m.hydra_cfg,
+                                        saved=m.outputs.ckpts is not None)
+                except UserError as e:  # its save at the stop failed: it alone reports that
+                    m.error = e
+            if all(m.error is not None for m in run):
+                return
+        _finish(program, run, cfgs, states, task, total_steps, eval_sets, model, t0, time.perf_counter() - t_fit)
+        if stop and not stopped:  # it came while the members finished: finishing was quicker than stopping
+            log.info("%s arrived while the population finished; its complete members finished first",
+                     signal.Signals(stop.signum).name)
+
+
+def _finish(program, run: list, cfgs: list, states, task, total_steps: int, eval_sets: dict, model: dict, t0: float,
+            fit_seconds: float) -> None:
+    """The members trained to their end get their final evals, checkpoints and results.json (m.results)."""
+    periodic = next(iter(eval_sets))
     host = jax.device_get(states)
     finals = _reported_states(program, run, host, eval_sets[periodic], task)
     placed = program.put_members(stack(_padded(finals, program.size)))

@@ -5,6 +5,7 @@ import os
 
 from omegaconf import OmegaConf
 
+from zoo.preemption import Preempted
 from zoo.sweeps.plots import natural
 
 REPORTED_SPLITS = ("validation", "test")  # a search selects on validation; the test figures stand beside it
@@ -42,8 +43,9 @@ def read_job(job_dir: str, root: str) -> dict:
         if not finite(row["objective"]):
             row.update(status="failed", reason=f"objective is {row['objective']}")
     elif failure is not None:
-        row.update(status="pruned" if failure.get("status") == "pruned" else "failed",
-                   reason=f"{failure.get('error', 'Error')}: {failure.get('reason', '')}")
+        status = ("pruned" if failure.get("status") == "pruned" else
+                  "stopped" if failure.get("error") == Preempted.__name__ else "failed")  # stopped: rerun resumes it
+        row.update(status=status, reason=f"{failure.get('error', 'Error')}: {failure.get('reason', '')}")
         if row["status"] == "pruned":  # its last eval, the one the pruner judged, stands in its metric columns
             row.update(_last_eval(os.path.join(job_dir, "metrics.jsonl")))
     return row

@@ -54,8 +54,9 @@ def write_plot(s: dict, path: str) -> None:
     for row in axes:
         row[0].set_ylabel(f"{s['objective']} ({s['direction']})")
     axes[0][0].legend()
-    counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned")}
-    fig.suptitle(f"{len(done)} completed, {counts['pruned']} pruned, {counts['failed']} failed", fontsize=9)
+    counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned", "stopped")}
+    stopped = f", {counts['stopped']} stopped" if counts["stopped"] else ""
+    fig.suptitle(f"{len(done)} completed, {counts['pruned']} pruned{stopped}, {counts['failed']} failed", fontsize=9)
     fig.tight_layout()
     _save(fig, path)
 

@@ -21,7 +21,7 @@ from zoo.files import write_text
 from zoo.sweeps import pareto, plots
 from zoo.sweeps.jobs import finite, find_job_dirs, read_job
 
-STATUS_ORDER = {"completed": 0, "pruned": 1, "unfinished": 2, "failed": 3}
+STATUS_ORDER = {"completed": 0, "pruned": 1, "stopped": 2, "unfinished": 3, "failed": 4}
 
 
 def objective_and_direction(job_dir: str) -> tuple:

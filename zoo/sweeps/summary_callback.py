@@ -20,6 +20,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from zoo import preemption
 from zoo.errors import UserError, exit_with
 from zoo.files import write_json
 from zoo.loop import TrialPruned
@@ -130,11 +131,13 @@ class SweepSummary(Callback):
             report_now()
 
     def _report_so_far(self, sweep_dir: str) -> None:
-        s = _summarise(sweep_dir, self.plot_each_job, self.known)
+        ending = preemption.received() is not None  # a stop signal ends the sweep after this job: no multirun end
+        s = _summarise(sweep_dir, self.plot_each_job or ending, self.known)
         if s is not None:
-            counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned")}
-            log.info("sweep so far: %d jobs, %d failed, %d pruned. %s", len(s["rows"]), counts["failed"],
-                     counts["pruned"], report.best_text(s))
+            counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned", "stopped")}
+            stopped = f", {counts['stopped']} stopped" if counts["stopped"] else ""
+            log.info("sweep so far: %d jobs, %d failed, %d pruned%s. %s", len(s["rows"]), counts["failed"],
+                     counts["pruned"], stopped, report.best_text(s))
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         s = _summarise(config.hydra.sweep.dir, True, self.known)

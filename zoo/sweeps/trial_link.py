@@ -13,7 +13,6 @@ from omegaconf import OmegaConf
 
 from zoo.config import METRICS
 from zoo.errors import UserError
-from zoo.preemption import Preempted
 from zoo.sweeps.jobs import find_job_dirs, read_job
 
 TRIAL_KEY = "ZOO_OPTUNA_TRIAL"
@@ -54,7 +53,7 @@ def job_outcome(job_dir: str, sweep_dir: str) -> tuple:
     row = read_job(job_dir, sweep_dir)
     if row["status"] == "unfinished":
         return "unfinished", row
-    if row["status"] == "failed" and row["reason"].startswith(f"{Preempted.__name__}:"):
+    if row["status"] == "stopped":
         return "stopped", row
     return "ended", row
 

@@ -1,0 +1,104 @@
+"""SIGTERM outside the train loop: during the set-up it stops the run at its first call boundary, saved; while a
+run (or a population) finishes, it lets it finish. Each test sends the signal from inside the phase, so the
+moment is exact: a process without a handler for it there would die of it."""
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, subprocess_env
+from zoo.checkpoint import Checkpoints
+
+SIGNALLED = """
+import os, runpy, signal, sys
+import {module} as m
+real = m.{name}
+def signalled(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args, **kwargs)
+m.{name} = signalled
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def train_signalled_in(function: str, args: list, data_dir) -> subprocess.CompletedProcess:
+    """train.py with SIGTERM sent at the start of `function` ("module.name")."""
+    module, name = function.rsplit(".", 1)
+    return subprocess.run([sys.executable, "-c", SIGNALLED.format(module=module, name=name), *args], cwd=ROOT,
+                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+
+
+def assert_saves_complete(run_dir, last_step: int):
+    checkpoints = run_dir / "checkpoints"
+    assert Checkpoints(str(checkpoints), read_only=True).steps()[-1] == last_step
+    assert not [p.name for p in checkpoints.iterdir() if "tmp" in p.name]  # no save cut short
+
+
+def test_sigterm_while_a_run_finishes_lets_it_finish(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    done = train_signalled_in("zoo.train._finish", ["debug=smoke", f"hydra.run.dir={run_dir}"], data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "SIGTERM arrived while the run finished; it completed first" in done.stderr + done.stdout
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["test"]["count"] == 359
+    assert_saves_complete(run_dir, results["steps"])
+
+
+def test_sigterm_during_the_set_up_stops_the_run_at_its_first_boundary_saved(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["debug=smoke", f"hydra.run.dir={run_dir}"]  # 6 steps, logged every 2
+    stopped = train_signalled_in("zoo.train.build", args, data_dir)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: stopped by SIGTERM at step 2; the checkpoint is saved"), last
+    assert not (run_dir / "results.json").exists()
+    assert_saves_complete(run_dir, 2)
+    resumed = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run_dir / "results.json").read_text())["start_step"] == 2
+
+
+def test_sigterm_while_a_population_finishes_lets_its_members_finish(data_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    done = train_signalled_in("zoo.population.train._finish", ["-m", "debug=smoke", "seed=0,1",
+                                                                "hydra/launcher=population",
+                                                                f"hydra.sweep.dir={sweep}"], data_dir)
+    out = done.stderr + done.stdout
+    assert "SIGTERM arrived while the population finished; its complete members finished first" in out, out[-3000:]
+    assert done.returncode == 128 + signal.SIGTERM  # the sweep ends after the jobs the signal reached
+    for job in ("0", "1"):
+        results = json.loads((sweep / job / "results.json").read_text())
+        assert_saves_complete(sweep / job, results["steps"])
+    assert (sweep / "summary.png").is_file()  # drawn although the sweep ended before its multirun end
+
+
+@pytest.mark.parametrize("launcher", ["basic", "population"])
+def test_a_stopped_sweep_job_goes_on_only_with_the_settings_it_began_with(data_dir, tmp_path, launcher):
+    sweep = tmp_path / launcher
+    seeds = "seed=0" if launcher == "basic" else "seed=0,1"  # a population of one trains as the basic launcher
+    args = ["-m", "debug=smoke", seeds, f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}"]
+    signalled = "zoo.train.build" if launcher == "basic" else "zoo.population.train._train"
+    stopped = train_signalled_in(signalled, args, data_dir)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    log = (sweep / "0" / "metrics.jsonl").read_text()
+    other = subprocess.run([sys.executable, "train.py", *args, "optimizer.learning_rate=0.01"], cwd=ROOT,
+                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+    out = other.stderr + other.stdout
+    assert other.returncode == 1, out[-3000:]
+    assert ("holds this sweep job's run, stopped at step 2 and trained with other settings: "
+            "optimizer.learning_rate (0.001 -> 0.01); rerun the sweep's own command") in out
+    assert "choose a new hydra.sweep.dir." in out and "trained with other settings than this command's" not in out
+    assert (sweep / "0" / "metrics.jsonl").read_text() == log and not (sweep / "0" / "results.json").exists()
+    same = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=300)
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert json.loads((sweep / "0" / "results.json").read_text())["start_step"] == 2
+    finished = subprocess.run([sys.executable, "train.py", *args, "optimizer.learning_rate=0.01"], cwd=ROOT,
+                              env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 1  # and its refusal names what gives a sweep's jobs new directories:
+    assert ("already holds a finished run trained with other settings: optimizer.learning_rate (0.001 -> 0.01); "
+            "choose a new hydra.sweep.dir.") in finished.stderr + finished.stdout
