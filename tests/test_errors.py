@@ -326,6 +326,17 @@ def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
     with pytest.raises(UserError, match=r"trainer\.resume=.*/earlier is a run directory; pass its checkpoints: "
                                         r"trainer\.resume=.*/earlier/checkpoints\."):
         train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'earlier'}"))
+    step = tmp_path / "earlier" / "checkpoints" / "6"
+    with pytest.raises(UserError, match=rf"trainer\.resume={step} is one checkpoint step; pass the checkpoints/ "
+                                        rf"directory that holds it: trainer\.resume={step.parent}\."):
+        train(make_cfg("debug=smoke", f"trainer.resume={step}", out="b"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"trainer\.resume=.*/empty holds no checkpoint; pass the checkpoints/"):
+        train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'empty'}", out="c"))
+    own = tmp_path / "d" / "checkpoints"  # created by the run before it looks for one to resume
+    with pytest.raises(UserError, match=r"trainer\.resume=.*/d/checkpoints is this run's own checkpoints/ directory, "
+                                        r"which holds none yet"):
+        train(make_cfg("debug=smoke", f"trainer.resume={own}", out="d"))
 
 
 @pytest.mark.parametrize("embedded, message", [

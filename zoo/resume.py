@@ -91,11 +91,26 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
                         f"{os.path.join(resume, 'checkpoints')}.")
     else:
         source = Checkpoints(resume, read_only=True)
+        if not source.steps():
+            source.close()
+            _refuse_empty_resume(resume, own=ckpts is not None and os.path.samefile(resume, ckpts.directory))
     try:
         return _restore_from(source, cfg, target, own=source is ckpts)
     finally:
         if source is not ckpts:  # another run's checkpoints, opened only to read
             source.close()
+
+
+def _refuse_empty_resume(resume: str, own: bool) -> None:
+    """trainer.resume names a directory with no checkpoint step in it: one step's folder, this run's own (empty)
+    checkpoints/, or no checkpoints at all."""
+    parent = os.path.dirname(os.path.abspath(resume))
+    if os.path.basename(os.path.abspath(resume)).isdigit() and os.path.isdir(parent):
+        raise UserError(f"trainer.resume={resume} is one checkpoint step; pass the checkpoints/ directory that holds "
+                        f"it: trainer.resume={parent}.")
+    what = "is this run's own checkpoints/ directory, which holds none yet" if own else "holds no checkpoint"
+    raise UserError(f"trainer.resume={resume} {what}; pass the checkpoints/ directory of an earlier run, or use "
+                    "auto or never.")
 
 
 def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
