@@ -413,6 +413,11 @@ def test_a_finished_run_asked_for_other_settings_is_refused(make_cfg, tmp_path, 
     with pytest.raises(UserError, match=r"hydra\.run\.dir=.*/run holds a run at step 6, past the 4 steps "
                                         r"trainer\.epochs and trainer\.max_steps now give"):
         train(make_cfg("debug=smoke", "trainer.max_steps=4"))
+    source = tmp_path / "run" / "checkpoints"  # the same, taken as the start of a new run: the source is named
+    with pytest.raises(UserError, match=rf"trainer\.resume={source} holds a run at step 6, past the 4 steps "
+                                        r"trainer\.epochs and trainer\.max_steps now give; restore them or resume "
+                                        r"from an earlier run\.$"):
+        train(make_cfg("debug=smoke", "trainer.max_steps=4", f"trainer.resume={source}", out="new"))
 
 
 def test_a_finished_run_is_compared_by_what_decides_its_results(make_cfg, tmp_path):

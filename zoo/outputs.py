@@ -126,9 +126,10 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
             early.load_state_dict(meta.get("early_stopping"))
         stopped_early = early is not None and early.stopped_step is not None
         if restored is not None and start_step > total_steps and not stopped_early:
-            raise UserError(f"hydra.run.dir={out_dir} holds a run at step {start_step}, past the {total_steps} steps "
-                            "trainer.epochs and trainer.max_steps now give; restore them or choose a new "
-                            f"{new_run_dir()}.")
+            where, instead = ((f"hydra.run.dir={out_dir}", f"choose a new {new_run_dir()}") if own else
+                              (f"trainer.resume={cfg.trainer.resume}", "resume from an earlier run"))
+            raise UserError(f"{where} holds a run at step {start_step}, past the {total_steps} steps trainer.epochs and "
+                            f"trainer.max_steps now give; restore them or {instead}.")
         _check_scheduled_length(cfg, meta, total_steps, ckpts)
         ended = start_step == total_steps or stopped_early
         recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
