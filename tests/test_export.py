@@ -157,6 +157,22 @@ def test_predict_reads_npy_and_csv_and_writes_stdout_or_a_file(exported_run, tmp
     np.testing.assert_allclose(np.array(rows[1:], float)[:, 1:], probabilities, rtol=1e-6)
 
 
+def test_predict_names_output_when_a_directory_that_looked_writable_refuses_the_file(exported_run, tmp_path,
+                                                                                     monkeypatch):
+    """As root on /sys: os.access says writable, the write is refused."""
+    import zoo.export.predict
+
+    def refused(path, text):
+        raise PermissionError(13, "Permission denied", path + ".tmp")
+
+    monkeypatch.setattr(zoo.export.predict, "write_text", refused)
+    np.save(tmp_path / "x.npy", raw_inputs(exported_run[1], 2))
+    with pytest.raises(UserError, match=r"^output=.*/p\.csv cannot be written \(Permission denied\); choose another "
+                                        r"output or leave it out to print to stdout\.$"):
+        predict(predict_cfg(f"run_dir={exported_run[0]}", f"input={tmp_path / 'x.npy'}",
+                            f"output={tmp_path / 'p.csv'}"))
+
+
 def test_predict_command_prints_only_predictions(exported_run, tmp_path, data_dir):
     run_dir, cfg = exported_run
     np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))

@@ -141,6 +141,10 @@ def predict(cfg: DictConfig) -> dict:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        write_text(cfg.output, text)
+        try:
+            write_text(cfg.output, text)
+        except OSError as e:  # a directory os.access called writable refused it (root on /sys, a full disk)
+            raise UserError(f"output={cfg.output} cannot be written ({e.strerror or e}); choose another output or "
+                            "leave it out to print to stdout.") from None
         print(f"wrote {len(x)} predictions to {cfg.output}", file=sys.stderr)
     return {"outputs": outputs, "count": len(x), "objective": None}
