@@ -525,6 +525,17 @@ def test_eval_of_a_folder_inside_or_above_a_run_names_the_run(make_cfg, trained,
         evaluate(eval_cfg(make_cfg, sweep))
 
 
+def test_eval_of_a_sweep_job_that_failed_before_its_first_checkpoint_says_why(make_cfg, tmp_path):
+    job = tmp_path / "sweep" / "1"
+    (job / "checkpoints").mkdir(parents=True)
+    (job / "failure.json").write_text(json.dumps({"status": "failed", "error": "NonFiniteLoss",
+                                                  "reason": "training loss became non-finite at step 5."}))
+    with pytest.raises(UserError, match=rf"^run_dir={job} failed before its first checkpoint \(NonFiniteLoss: "
+                                        r"training loss became non-finite at step 5\); nothing there can be "
+                                        r"evaluated\.$"):
+        evaluate(eval_cfg(make_cfg, job))
+
+
 def test_eval_choices_that_are_not_in_the_run(make_cfg, trained):
     with pytest.raises(UserError, match=r"checkpoint=5 is not in .*; use final, latest, best or one of the steps "
                                         r"\[2, 4, 6\]"):

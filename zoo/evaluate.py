@@ -13,7 +13,7 @@ from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
 from zoo.parallel.distributed import is_primary
 from zoo.resume import checkpoint_settings
-from zoo.sweeps.jobs import find_job_dirs
+from zoo.sweeps.jobs import find_job_dirs, load_json
 from zoo.targets import check_targets
 
 log = logging.getLogger("zoo")
@@ -36,9 +36,19 @@ def _open_checkpoints(run_dir: str) -> Checkpoints:
     if ckpts is None or not ckpts.steps():
         if ckpts is not None:
             ckpts.close()
-        raise UserError(_not_a_run(run_dir) or f"run_dir={run_dir} has no complete checkpoint in checkpoints/; "
-                        "train it (with checkpoint.enabled=true) or pass another run_dir.")
+        raise UserError(_not_a_run(run_dir) or _failed_before_a_checkpoint(run_dir) or
+                        f"run_dir={run_dir} has no complete checkpoint in checkpoints/; train it (with "
+                        "checkpoint.enabled=true) or pass another run_dir.")
     return ckpts
+
+
+def _failed_before_a_checkpoint(run_dir: str):
+    """A sweep's job that failed before its first checkpoint (failure.json says why): a sentence, else None."""
+    failure = load_json(os.path.join(run_dir, "failure.json"))
+    if not isinstance(failure, dict) or failure.get("status") == "pruned":
+        return None
+    return (f"run_dir={run_dir} failed before its first checkpoint ({failure.get('error', 'Error')}: "
+            f"{str(failure.get('reason', '')).rstrip('.')}); nothing there can be evaluated.")
 
 
 def _not_a_run(run_dir: str):

@@ -20,7 +20,7 @@ def find_job_dirs(root: str) -> list:
     return sorted(jobs, key=natural)
 
 
-def _load_json(path: str):
+def load_json(path: str):
     try:
         with open(path) as f:
             return json.load(f)
@@ -33,8 +33,8 @@ def read_job(job_dir: str, root: str) -> dict:
     row = {"job": os.path.relpath(job_dir, root), "run_dir": os.path.abspath(job_dir), "status": "unfinished",
            "objective": None, "metrics": {}, "steps": None, "wall_time_s": None, "reason": "",
            "overrides": overrides, "params": dict(o.split("=", 1) for o in overrides if "=" in o)}
-    results = _load_json(os.path.join(job_dir, "results.json"))
-    failure = _load_json(os.path.join(job_dir, "failure.json"))
+    results = load_json(os.path.join(job_dir, "results.json"))
+    failure = load_json(os.path.join(job_dir, "failure.json"))
     if results is not None:
         row.update(status="completed", objective=results.get("objective"), steps=results.get("steps"),
                    wall_time_s=results.get("wall_time_s"),
