@@ -338,7 +338,9 @@ def test_resumed_dp_run_is_bitwise_identical_to_uninterrupted(make_cfg, monkeypa
     ([*DP, "privacy.l2_clip=0"], "privacy.l2_clip must be a positive finite number"),
     ([*DP, "privacy.delta=1.5"], "privacy.delta must be in (0, 1)"),
     ([*DP, "privacy.accountant=moments"], "privacy.accountant must be one of"),
-], ids=["batch-norm", "no-noise-or-target", "clip", "delta", "accountant"])
+    ([*DP, "privacy.noise_multiplier=0.01"], "privacy.noise_multiplier=0.01 is below 0.3, where the guarantee "
+                                             "bounds nothing and its accounting takes minutes; use at least 0.3"),
+], ids=["batch-norm", "no-noise-or-target", "clip", "delta", "accountant", "tiny-noise"])
 def test_bad_privacy_settings_are_one_sentence(make_cfg, overrides, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         train(make_cfg("debug=smoke", *overrides))
@@ -411,3 +413,16 @@ def test_each_train_record_carries_the_epsilon_spent_by_its_step(make_cfg, tmp_p
         assert r["epsilon"] == pytest.approx(epsilon(p["q"], p["noise_multiplier"], r["step"], p["accountant_delta"]),
                                              rel=1e-9)
     assert logged[0]["epsilon"] < logged[1]["epsilon"] < logged[2]["epsilon"]
+
+
+def test_clipping_without_noise_records_no_epsilon_and_writes_valid_json(make_cfg, tmp_path, caplog):
+    """noise_multiplier=0 is allowed (clipped gradients, no guarantee): epsilon is unbounded, so it is null in
+    results.json and absent from the train records, which stay strict JSON (no Infinity)."""
+    def strict(text):
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+
+    results = train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=0"))
+    assert results["privacy"]["epsilon"] is None and "no privacy guarantee" in caplog.text
+    assert strict((tmp_path / "run" / "results.json").read_text())["privacy"]["epsilon"] is None
+    records = [strict(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in records if r["split"] == "train"] and not any("epsilon" in r for r in records)

@@ -5,19 +5,19 @@ of std sigma * l2_clip to the sum of clipped gradients: `PoissonSampledDpEvent(q
 self-composed `steps` times, under add-or-remove-one neighbouring datasets.
 """
 import functools
+import math
 
 import dp_accounting
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from zoo.errors import UserError
+from zoo.privacy.config import MIN_NOISE_MULTIPLIER
 
 # PLD's discretisation rounds pessimistically, so a coarser grid is still an upper bound: 1e-3 instead of the
 # default 1e-4 changed epsilon by < 1e-3 on digits and made each evaluation ~5x faster (0.2 s).
 ACCOUNTANTS = {"pld": functools.partial(PLDAccountant, value_discretization_interval=1e-3), "rdp": RdpAccountant}
-# The noise search starts here: PLD evaluations get slow as sigma -> 0 (52 s instead of 5 s from 0.05), and a
-# target met with less noise than this (epsilon > ~20 on digits) is then met with this much.
-MIN_NOISE_MULTIPLIER = 0.3
+# The noise search starts at MIN_NOISE_MULTIPLIER: a target met with less noise is then met with that much.
 
 
 def dpsgd_event(q: float, noise_multiplier: float, steps: int) -> dp_accounting.DpEvent:
@@ -28,6 +28,8 @@ def dpsgd_event(q: float, noise_multiplier: float, steps: int) -> dp_accounting.
 def epsilon(q: float, noise_multiplier: float, steps: int, delta: float, accountant: str = "pld") -> float:
     if steps == 0:
         return 0.0
+    if noise_multiplier == 0:  # clipping without noise: nothing is private
+        return math.inf
     return float(ACCOUNTANTS[accountant]().compose(dpsgd_event(q, noise_multiplier, steps)).get_epsilon(delta))
 
 

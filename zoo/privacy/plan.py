@@ -39,7 +39,8 @@ class PrivacyPlan:
 
     def record(self, steps: int) -> dict:
         """results.json's `privacy`: enough to recompute epsilon with dp-accounting."""
-        return {"epsilon": self.epsilon(steps), "delta": self.delta, "noise_multiplier": self.noise_multiplier,
+        eps = self.epsilon(steps)
+        return {"epsilon": eps if math.isfinite(eps) else None, "delta": self.delta, "noise_multiplier": self.noise_multiplier,
                 "l2_clip": self.l2_clip, "sampling": f"poisson (q={self.q:.6g}, expected batch "
                 f"{self.stream.batch_size}, truncated at {self.rows})", "accountant": self.accountant,
                 "q": self.q, "steps": steps, "accountant_delta": self.accountant_delta,
@@ -80,6 +81,9 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
                             f"trainer.accumulate={cfg.trainer.accumulate} micro-batches completes an update; raise "
                             "privacy.target_epsilon or privacy.noise_multiplier.")
     eps = acc.epsilon(q, sigma, total_steps, accountant_delta, p.accountant)
+    if sigma == 0:
+        log.warning("privacy.noise_multiplier=0: gradients are clipped without noise, which gives no privacy "
+                    "guarantee (epsilon is unbounded; results.json records it as null).")
     # Truncation adds (1 + e^eps) p to delta (zoo.privacy.sampling); rows keep that within OVERFLOW_SHARE of it.
     charge = 1 + math.exp(eps) if eps <= MEANINGLESS_EPSILON else 1.0
     rows, overflow = max_batch_size(n, q, total_steps, OVERFLOW_SHARE * delta / charge, num_devices)
@@ -110,7 +114,7 @@ class EpsilonLogger:
         self._logger, self._plan = logger, plan
 
     def log(self, step: int, split: str, metrics: dict, final: bool = False) -> None:
-        if split == "train":
+        if split == "train" and self._plan.noise_multiplier > 0:  # without noise there is no epsilon to log
             metrics = {**metrics, "epsilon": self._plan.epsilon(step)}
         self._logger.log(step, split, metrics, final=final)
 
