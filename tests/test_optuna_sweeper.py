@@ -282,6 +282,24 @@ def test_a_pruner_without_periodic_evals_is_refused_before_any_trial(tmp_path):
     assert len(launcher.calls) == 2
 
 
+def test_a_metric_no_trial_could_report_is_refused_before_any_trial(tmp_path, make_cfg):
+    launcher = RecordingLauncher()
+    sweep = make_sweep(tmp_path, launcher, n_trials=2)
+    def config(*overrides):  # the whole config, as the sweeper gets it: the hydra node beside the task's
+        task = make_cfg(*overrides, "dataset.validation_fraction=0.2")
+        return OmegaConf.merge(hydra_node, OmegaConf.to_container(task))
+
+    hydra_node = sweep.config
+    sweep.config = config("optimized_metric=validation/acc")
+    with pytest.raises(UserError, match=r"^optimized_metric=validation/acc is not a result of a classification run; "
+                                        r"use one of \[.*'validation/accuracy'"):
+        sweep.sweep([])
+    assert launcher.calls == []  # not one trial launched to fail the same way
+    sweep.config = config("optimized_metric=validation/accuracy")
+    sweep.sweep([])
+    assert len(launcher.calls) == 2
+
+
 @pytest.mark.parametrize("metric, given, directions", [
     ("validation/accuracy", None, ["maximize"]),
     ("validation/loss", None, ["minimize"]),  # e.g. a preset's metric overridden: its direction follows

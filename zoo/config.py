@@ -291,7 +291,7 @@ def validate(cfg: DictConfig) -> None:
         _require(not key.endswith("_value") or (is_number(value) and 0 <= value < math.inf),
                  f"schedule.{key} must be a finite learning rate >= 0, got {value!r}.")
     _validate_model(cfg.model)
-    _validate_metrics(cfg)
+    validate_metrics(cfg)
     validate_privacy(cfg)
 
 
@@ -385,7 +385,7 @@ ELEMENTWISE_ACTIVATIONS = ("relu", "relu6", "gelu", "silu", "swish", "tanh", "si
                            "hard_silu", "hard_swish", "squareplus", "sparse_plus", "sparse_sigmoid")
 
 
-def _validate_metrics(cfg: DictConfig) -> None:
+def validate_metrics(cfg: DictConfig) -> None:
     """Metric names are checked now, not after a whole run has trained."""
     task, has_validation = cfg.dataset.task, cfg.dataset.validation_fraction > 0
     names = cfg.optimized_metric if isinstance(cfg.optimized_metric, ListConfig) else [cfg.optimized_metric]

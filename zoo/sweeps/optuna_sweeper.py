@@ -78,6 +78,17 @@ def objective_directions(config: DictConfig, given: list | None) -> list:
     return given
 
 
+def _check_metrics(config, space) -> None:
+    """A metric name every trial would refuse (e.g. optimized_metric=validation/acc) is refused once, before the
+    study opens, instead of failing each trial; left to the trials where the search varies what decides it."""
+    deciding = ("optimized_metric", "checkpoint", "dataset")
+    if "optimized_metric" not in config or any(k.lstrip("+~").startswith(deciding) for k in space.distributions):
+        return
+    from zoo.config import validate_metrics
+
+    validate_metrics(config)
+
+
 def _eval_every(config, space) -> int:
     """The trials' trainer.eval_every where all share one (the command line's, else the config's); 1 when unknown
     or searched over, which each trial then checks for itself."""
@@ -138,6 +149,7 @@ class OptunaSweep:
             raise UserError("Optuna cannot prune a multi-objective study; drop hydra/sweeper/pruner or use one "
                             "direction.")
         space = parse_search_space(self.params, arguments)
+        _check_metrics(self.config, space)
         if self.pruner_cfg is not None and _eval_every(self.config, space) <= 0:  # else every trial fails so
             raise UserError("hydra.sweeper.pruner needs periodic evals to judge a trial by; set trainer.eval_every "
                             "to a number of steps.")
