@@ -2,6 +2,7 @@
 import contextlib
 import json
 import pathlib
+import shutil
 import signal
 
 import jax
@@ -133,6 +134,26 @@ def test_eval_picks_latest_and_steps(make_cfg, tmp_path):
     assert evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=latest"))["step"] == 6
     with pytest.raises(UserError, match=r"checkpoint=5 is not in .*\[2, 4, 6\]"):
         evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=5"))
+
+
+def test_eval_of_a_run_still_training_reads_its_newer_checkpoints(make_cfg, tmp_path, monkeypatch, caplog):
+    """The trainer saves new steps and deletes old ones while eval reads: eval reads the steps on disk again."""
+    import zoo.evaluate
+
+    train(make_cfg("debug=smoke", "trainer.checkpoint_every=2"))  # steps 2, 4, 6
+    train(make_cfg("debug=smoke", "trainer.checkpoint_every=2", "trainer.max_steps=12", out="later"))  # 8, 10, 12
+    run_dir, real = tmp_path / "run", zoo.evaluate.restore_latest_good
+
+    def trainer_moves_on(ckpts, target, steps, **kwargs):
+        if steps == [6, 4, 2]:  # what eval chose, replaced now by the steps the run saved since
+            shutil.rmtree(run_dir / "checkpoints")
+            shutil.copytree(tmp_path / "later" / "checkpoints", run_dir / "checkpoints")
+        return real(ckpts, target, steps, **kwargs)
+
+    monkeypatch.setattr(zoo.evaluate, "restore_latest_good", trainer_moves_on)
+    with caplog.at_level("INFO", logger="zoo"):
+        assert evaluate(eval_cfg(make_cfg, run_dir))["step"] == 12
+    assert "is still training: checkpoint step(s) [2, 4, 6] were replaced while being read" in caplog.text
 
 
 @pytest.mark.parametrize("batch_size,rows", [(5, 5), (10**6, 359)], ids=["small", "larger-than-the-split"])

@@ -94,6 +94,11 @@ class Checkpoints:
     def steps(self) -> list:
         return sorted(self.manager.all_steps())
 
+    def reload(self) -> list:
+        """The steps on disk now (another process, a run still training, may have saved and deleted some)."""
+        self.manager.reload()
+        return self.steps()
+
     def save(self, step: int, tree, meta: dict, metrics: dict | None = None) -> None:
         """`tree` must be host (unreplicated) arrays; writing continues in the background."""
         self.wait()  # orbax waits for the previous write anyway; waiting here reports its failure under its step

@@ -137,6 +137,9 @@ def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
         ckpts.close()
 
 
+READS_OF_A_TRAINING_RUN = 3  # a run still training deletes old steps as it saves new ones: eval reads again
+
+
 def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
     from zoo.train import build
 
@@ -144,11 +147,20 @@ def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
     if reason:
         raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): {what} go to its {out_name}/ "
                         "directory; copy the run somewhere writable and pass that run_dir.")
-    candidates = _pick_steps(ckpts, cfg.checkpoint, cfg)
-    run = build(saved_train_config(ckpts, candidates, cfg), for_training=False)
-    step, tree, meta = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
-                                           candidates, hint="train the run again or pass another run_dir.")
-    return run, step, tree["state"], meta
+    run = None
+    for attempt in range(READS_OF_A_TRAINING_RUN):
+        candidates = _pick_steps(ckpts, cfg.checkpoint, cfg)
+        try:
+            run = run or build(saved_train_config(ckpts, candidates, cfg), for_training=False)  # one config a run
+            step, tree, meta = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
+                                                   candidates, hint="train the run again or pass another run_dir.")
+            return run, step, tree["state"], meta
+        except UserError:
+            gone = set(candidates) - set(ckpts.reload())
+            if not gone or attempt == READS_OF_A_TRAINING_RUN - 1:
+                raise  # damaged, not replaced
+            log.info("run_dir=%s is still training: checkpoint step(s) %s were replaced while being read; reading "
+                     "its newer ones", cfg.run_dir, sorted(gone))
 
 
 def evaluate(cfg: DictConfig) -> dict:
