@@ -105,6 +105,19 @@ def test_a_job_run_again_in_its_directory_is_summarised_by_how_it_ends_now(tmp_p
     assert "| 1 | 1 | completed |" in (tmp_path / "summary.md").read_text()
 
 
+def test_a_grid_stopped_after_its_first_job_shows_what_it_swept_and_how_many_jobs_it_asked_for(tmp_path):
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper\n"
+        "  overrides:\n    task: ['optimizer.learning_rate=0.001,0.003', 'seed=range(0,2)', 'trainer.epochs=10']\n")
+    write_job(tmp_path, "0", ["optimizer.learning_rate=0.001", "seed=0", "trainer.epochs=10"], results=completed(0.5))
+    summary = sweep_report.write_summary(str(tmp_path))
+    assert summary["params"] == ["optimizer.learning_rate", "seed"]  # swept, though one job shows one value each
+    markdown = (tmp_path / "summary.md").read_text()
+    assert "Jobs: 1 of the 4 the sweep asked for (1 completed)." in markdown
+    assert "Fixed overrides: `trainer.epochs=10`." in markdown
+    assert "| rank | job | status | objective | optimizer.learning_rate | seed |" in markdown
+
+
 def test_a_job_a_stop_signal_saved_is_stopped_not_failed(tmp_path):
     """A rerun of the sweep resumes it: the summary says so, and ranks it after the pruned, before the failed."""
     write_job(tmp_path, "0", ["seed=0"], failure={"status": "failed", "error": "NonFiniteLoss", "reason": "nan"})

@@ -10,6 +10,7 @@ import contextlib
 import csv
 import fcntl
 import io
+import math
 import os
 import re
 import sys
@@ -81,11 +82,33 @@ def collect(root: str, known: dict = None) -> dict:
     rows.sort(key=lambda r: (STATUS_ORDER[r["status"]], not r["pareto"], sign * pareto.first(r["objective"])
                              if finite(r["objective"]) else 0.0, plots.natural(r["job"])))
     keys = dict.fromkeys(k for r in rows for k in r["params"])
+    swept, planned = known["plan"] if "plan" in known else known.setdefault("plan", sweep_plan(root))
     return {"root": os.path.abspath(root), "objective": name, "direction": direction, "rows": rows,
             "best": rows[0] if rows and rows[0]["status"] == "completed" and not multi else None,
             "pareto": [r for r in rows if r["pareto"]],
-            "params": [k for k in keys if len({r["params"].get(k) for r in rows}) > 1],
+            "params": [k for k in keys if k.lstrip("+~") in swept or len({r["params"].get(k) for r in rows}) > 1],
+            "planned": planned,
             "metrics": list(dict.fromkeys(m for r in rows for m in r["metrics"]))}
+
+
+def sweep_plan(root: str) -> tuple:
+    """(keys the command swept, the number of jobs it asked for or None): from the sweep's multirun.yaml, so that
+    a sweep stopped after one job still shows its swept keys as such, and how many of its jobs ran."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        cfg = OmegaConf.load(os.path.join(root, "multirun.yaml"))
+        overrides = OverridesParser.create().parse_overrides([str(o) for o in cfg.hydra.overrides.task])
+    except Exception:  # noqa: BLE001 — none (a folder of runs gathered by hand), or unreadable
+        return set(), None
+    sweeps = [o for o in overrides if o.is_sweep_override()]
+    swept = {o.get_key_element().lstrip("+~") for o in sweeps}
+    swept |= set(OmegaConf.to_container(OmegaConf.select(cfg, "hydra.sweeper.params") or OmegaConf.create({})))
+    planned = None
+    if "BasicSweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="")):  # a grid: its size
+        with contextlib.suppress(Exception):  # a sweep Hydra expands otherwise (glob): not counted
+            planned = math.prod(len(list(o.sweep_string_iterator())) for o in sweeps)
+    return swept, planned
 
 
 def _read_once(job_dir: str, root: str, finished: dict) -> dict:
@@ -142,12 +165,17 @@ def write_markdown(s: dict, path: str) -> None:
                                                                 s["direction"]))
             if isinstance(s["objective"], list) else f"`{s['objective']}` ({s['direction']})")
     lines = [f"# Sweep summary: {s['root']}", "",
-             (f"Objective: {aims}. Jobs: {len(rows)} "
+             (f"Objective: {aims}. Jobs: {len(rows)}{_of_planned(s)} "
               f"({', '.join(f'{n} {st}' for st, n in counts.items() if n)})."),
              f"Fixed overrides: `{' '.join(fixed) or 'none'}`.", "", best_text(s), "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_md(_cells(s, i, r)[c]) for c in cols) + " |" for i, r in enumerate(rows)]
     write_text(path, "\n".join(lines) + "\n")
+
+
+def _of_planned(s: dict) -> str:
+    planned = s.get("planned")
+    return f" of the {planned} the sweep asked for" if planned and planned > len(s["rows"]) else ""
 
 
 def best_text(s: dict) -> str:
