@@ -118,6 +118,24 @@ def test_a_grid_stopped_after_its_first_job_shows_what_it_swept_and_how_many_job
     assert "| rank | job | status | objective | optimizer.learning_rate | seed |" in markdown
 
 
+def test_the_plot_axes_follow_the_search_space(tmp_path, monkeypatch):
+    """A dropout drawn from interval(0.0, 0.5) stays on a linear axis although its values span 20x; a learning
+    rate drawn from a log interval gets a log axis."""
+    from zoo.sweeps import plots
+
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  sweeper:\n    params:\n      model.dropout: interval(0.0, 0.5)\n"
+        "      optimizer.learning_rate: tag(log, interval(1e-4, 1e-2))\n  overrides:\n    task: []\n")
+    for i, (dropout, lr) in enumerate([(0.02, 1e-4), (0.45, 1e-2)]):
+        write_job(tmp_path, str(i), [f"model.dropout={dropout}", f"optimizer.learning_rate={lr}"],
+                  results=completed(0.5 + i / 10))
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    plots.write_plot(sweep_report.collect(str(tmp_path)), str(tmp_path / "summary.png"))
+    scales = {ax.get_xlabel(): ax.get_xscale() for ax in figures[0].axes if ax.get_visible()}
+    assert scales == {"model.dropout": "linear", "optimizer.learning_rate": "log"}
+
+
 def test_a_job_a_stop_signal_saved_is_stopped_not_failed(tmp_path):
     """A rerun of the sweep resumes it: the summary says so, and ranks it after the pruned, before the failed."""
     write_job(tmp_path, "0", ["seed=0"], failure={"status": "failed", "error": "NonFiniteLoss", "reason": "nan"})

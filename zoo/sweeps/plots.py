@@ -25,7 +25,8 @@ def _save(fig, path: str) -> None:
 
 
 def write_plot(s: dict, path: str) -> None:
-    """Objective against each swept parameter; a log axis where positive values span a factor of 20 or more."""
+    """Objective against each swept parameter; a log axis where positive values span a factor of 20 or more,
+    unless the search drew them from a linear interval (s["linear"])."""
     if isinstance(s["objective"], list):
         return write_pareto_plot(s, path)
     plt = _pyplot()
@@ -41,7 +42,7 @@ def write_plot(s: dict, path: str) -> None:
         values = [r["params"].get(key, "") for r in done]
         try:
             xs = [float(v) for v in values]
-            if min(xs) > 0 and max(xs) / min(xs) >= 20:
+            if min(xs) > 0 and max(xs) / min(xs) >= 20 and key.lstrip("+~") not in s.get("linear", ()):
                 ax.set_xscale("log")
         except ValueError:  # categorical: one tick per choice
             labels = sorted(set(values), key=natural)

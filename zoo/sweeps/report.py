@@ -82,33 +82,39 @@ def collect(root: str, known: dict = None) -> dict:
     rows.sort(key=lambda r: (STATUS_ORDER[r["status"]], not r["pareto"], sign * pareto.first(r["objective"])
                              if finite(r["objective"]) else 0.0, plots.natural(r["job"])))
     keys = dict.fromkeys(k for r in rows for k in r["params"])
-    swept, planned = known["plan"] if "plan" in known else known.setdefault("plan", sweep_plan(root))
+    swept, linear, planned = known["plan"] if "plan" in known else known.setdefault("plan", sweep_plan(root))
     return {"root": os.path.abspath(root), "objective": name, "direction": direction, "rows": rows,
             "best": rows[0] if rows and rows[0]["status"] == "completed" and not multi else None,
             "pareto": [r for r in rows if r["pareto"]],
             "params": [k for k in keys if k.lstrip("+~") in swept or len({r["params"].get(k) for r in rows}) > 1],
-            "planned": planned,
+            "planned": planned, "linear": sorted(linear),
             "metrics": list(dict.fromkeys(m for r in rows for m in r["metrics"]))}
 
 
 def sweep_plan(root: str) -> tuple:
-    """(keys the command swept, the number of jobs it asked for or None): from the sweep's multirun.yaml, so that
-    a sweep stopped after one job still shows its swept keys as such, and how many of its jobs ran."""
+    """(keys the command swept, those searched over a linear interval, the number of jobs it asked for or None):
+    from the sweep's multirun.yaml, so that a sweep stopped after one job still shows its swept keys as such and
+    how many of its jobs ran, and a plot's axis follows its search space."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
 
+    parser = OverridesParser.create()
     try:
         cfg = OmegaConf.load(os.path.join(root, "multirun.yaml"))
-        overrides = OverridesParser.create().parse_overrides([str(o) for o in cfg.hydra.overrides.task])
+        overrides = parser.parse_overrides([str(o) for o in cfg.hydra.overrides.task])
+        params = OmegaConf.to_container(OmegaConf.select(cfg, "hydra.sweeper.params") or OmegaConf.create({}))
+        searched = parser.parse_overrides([f"{k}={v}" for k, v in params.items()])
     except Exception:  # noqa: BLE001 — none (a folder of runs gathered by hand), or unreadable
-        return set(), None
+        return set(), set(), None
     sweeps = [o for o in overrides if o.is_sweep_override()]
-    swept = {o.get_key_element().lstrip("+~") for o in sweeps}
-    swept |= set(OmegaConf.to_container(OmegaConf.select(cfg, "hydra.sweeper.params") or OmegaConf.create({})))
+    swept = {o.get_key_element().lstrip("+~") for o in sweeps + searched}
+    linear = {o.get_key_element().lstrip("+~") for o in sweeps + searched
+              if isinstance(o.value(), IntervalSweep) and "log" not in o.value().tags}
     planned = None
     if "BasicSweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="")):  # a grid: its size
         with contextlib.suppress(Exception):  # a sweep Hydra expands otherwise (glob): not counted
             planned = math.prod(len(list(o.sweep_string_iterator())) for o in sweeps)
-    return swept, planned
+    return swept, linear, planned
 
 
 def _read_once(job_dir: str, root: str, finished: dict) -> dict:
