@@ -426,3 +426,16 @@ def test_clipping_without_noise_records_no_epsilon_and_writes_valid_json(make_cf
     assert strict((tmp_path / "run" / "results.json").read_text())["privacy"]["epsilon"] is None
     records = [strict(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r for r in records if r["split"] == "train"] and not any("epsilon" in r for r in records)
+
+
+def test_eval_of_a_dp_run_does_not_log_its_training_plan_again(make_cfg, tmp_path, caplog):
+    """The plan (budget, noise, when training stops) is the training's; eval reads a checkpoint and trains nothing."""
+    from zoo.evaluate import evaluate
+
+    caplog.set_level("INFO", logger="zoo")
+    trained = train(make_cfg("debug=smoke", *DP, "trainer.max_steps=4000"))
+    assert "DP-SGD: q=" in caplog.text and "trainer.max_steps=4000 is more than" in caplog.text
+    caplog.clear()
+    evaluated = evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="eval"))
+    assert evaluated["metrics"] == trained["test"]
+    assert "DP-SGD: q=" not in caplog.text and "is more than" not in caplog.text

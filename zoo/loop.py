@@ -166,10 +166,10 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     return compiled.state(leaves), train_metrics, examples_per_s, step
 
 
-def total_steps_for(cfg, steps_per_epoch: int) -> int:
-    """trainer.max_steps shortens a run; it never lengthens one past trainer.epochs."""
+def total_steps_for(cfg, steps_per_epoch: int, warn: bool = True) -> int:
+    """trainer.max_steps shortens a run; it never lengthens one past trainer.epochs (`warn`: say so)."""
     total = cfg.epochs * steps_per_epoch
-    if cfg.max_steps and cfg.max_steps > total:
+    if warn and cfg.max_steps and cfg.max_steps > total:
         log.warning("trainer.max_steps=%d is more than trainer.epochs=%d give (%d steps of %d an epoch): the run "
                     "trains %d steps; raise trainer.epochs to train longer", cfg.max_steps, cfg.epochs, total,
                     steps_per_epoch, total)
