@@ -319,6 +319,21 @@ def test_predict_writes_regression_predictions_at_full_precision(make_cfg, tmp_p
                                rtol=1e-6)
 
 
+@pytest.mark.parametrize("normalize_target", ["true", "false"])
+def test_a_regression_exports_metrics_say_their_units(make_cfg, tmp_path, normalize_target):
+    """The signature's test mae, in the units it names, is the mae of the exported model's predictions."""
+    cfg = make_cfg("debug=smoke", "model=linear", "dataset=diabetes", f"dataset.normalize_target={normalize_target}")
+    train(cfg)
+    export(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="export"))
+    signature = json.loads((tmp_path / "run" / "export" / "signature.json").read_text())["checkpoint"]
+    x, y = read_splits(cfg.dataset, cfg.paths.data_dir)["test"]
+    mae = float(np.mean(np.abs(np.asarray(load_exported(tmp_path / "run").call(x)["predictions"]) - y)))
+    scale = signature.get("target_std", [1.0])[0]
+    assert signature["test_units"].startswith("loss, mse and mae on targets standardised" if normalize_target == "true"
+                                              else "the dataset's")
+    np.testing.assert_allclose(signature["test"]["mae"] * scale, mae, rtol=1e-4)
+
+
 def test_a_swap_that_fails_after_moving_the_previous_export_aside_puts_it_back(tmp_path, monkeypatch):
     final = tmp_path / "export"
     write_directory(str(final), {"model.jax": b"old"})

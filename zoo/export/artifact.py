@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from importlib import metadata
 
+import numpy as np
 from flax import nnx
 from omegaconf import DictConfig, OmegaConf
 
@@ -61,10 +62,23 @@ def signature_of(exported, data, step: int, test_metrics: dict, config: dict) ->
         "task": data.task,
         "num_classes": data.out_features if data.task == "classification" else None,
         "platforms": list(exported.platforms),
-        "checkpoint": {"step": step, "test": test_metrics},
+        "checkpoint": {"step": step, "test": test_metrics, **_metric_units(data)},
         "config": config,
         "versions": _versions(),
     }
+
+
+def _metric_units(data) -> dict:
+    """A regression's test metrics are those of training, on the targets it trained on: standardised when
+    dataset.normalize_target is on, while the model's predictions are in the dataset's units."""
+    if data.task != "regression":
+        return {}
+    std = np.atleast_1d(np.asarray(data.y_scaler.std, np.float64)) if data.y_scaler is not None else np.ones(1)
+    if np.all(std == 1.0):
+        return {"test_units": "the dataset's, as the predictions"}
+    return {"test_units": "loss, mse and mae on targets standardised by the train split (each output divided by "
+                          "target_std; multiply mae by it, mse by its square, for the predictions' units); r2 has "
+                          "none", "target_std": std.tolist()}
 
 
 def write_directory(final: str, files: dict) -> None:
