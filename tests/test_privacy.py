@@ -248,6 +248,22 @@ def test_target_epsilon_solves_the_noise_and_a_fixed_noise_stops_at_the_budget(m
     assert capped.epsilon(capped.total_steps) <= 2.0 < capped.epsilon(capped.total_steps + 1)
 
 
+def test_the_truncation_term_is_paid_from_delta_up_to_epsilon_10_and_reported_in_delta_beyond(make_cfg):
+    """Up to epsilon 10 the rows keep (1 + e^eps) p within 1% of delta; beyond, growing them would approach the
+    whole split (epsilon 25 here: all 1439 rows for 64 expected), so they are not grown and delta carries it."""
+    cfg = make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=0.6", "trainer.batch_size=64")
+    split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
+    for steps, eps_range in ((44, (5, 10)), (660, (20, 30))):
+        plan = plan_privacy(cfg, split, steps, 1)
+        record = plan.record(steps)
+        paid = record["accountant_delta"] + (1 + math.exp(record["epsilon"])) * record["overflow_probability"]
+        assert eps_range[0] < record["epsilon"] < eps_range[1]
+        if record["epsilon"] <= 10:
+            assert paid <= record["delta"] == 1e-5
+        else:
+            assert record["delta"] == min(1.0, paid) > 1e-5 and plan.rows < 2 * 64
+
+
 def test_a_budget_that_ends_the_run_ends_it_on_an_update(make_cfg):
     """With trainer.accumulate=2 a run stopped by its budget after an odd step would pay for a micro-batch it never
     applies: it stops one step earlier."""

@@ -14,7 +14,10 @@ from zoo.privacy.sampling import PoissonStream, chunk_bounds, max_batch_size
 log = logging.getLogger("zoo")
 
 OVERFLOW_SHARE = 0.01  # of delta, left for a Poisson sample that does not fit the fixed batch rows
-MEANINGLESS_EPSILON = 50.0  # e^50 bounds nothing: beyond it, rows are not grown to pay the overflow term
+# Beyond this epsilon (e^10 ~ 2e4) the guarantee bounds little, and paying the overflow term from delta would grow
+# the rows towards the whole split (epsilon 25 on digits: 1439 rows for 64 expected examples); the reported delta
+# then carries the term instead.
+MEANINGLESS_EPSILON = 10.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,12 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     # Truncation adds (1 + e^eps) p to delta (zoo.privacy.sampling); rows keep that within OVERFLOW_SHARE of it.
     charge = 1 + math.exp(eps) if eps <= MEANINGLESS_EPSILON else 1.0
     rows, overflow = max_batch_size(n, q, total_steps, OVERFLOW_SHARE * delta / charge, num_devices)
+    if eps > MEANINGLESS_EPSILON:  # the term is not within delta's share: delta is reported with it
+        delta = min(1.0, accountant_delta + (1 + math.exp(min(eps, 700.0))) * overflow)
+        if sigma > 0:
+            log.warning("epsilon %.3g bounds little: batch rows are not grown to keep the truncation of oversized "
+                        "samples within privacy.delta, so the delta reported includes it (%.3g); raise "
+                        "privacy.noise_multiplier for a guarantee that bounds something.", eps, delta)
     if total_steps < planned_steps:
         log.warning("privacy.target_epsilon=%s is reached after %d of the %d planned steps with "
                     "privacy.noise_multiplier=%s: training stops at step %d.", p.target_epsilon, total_steps,
