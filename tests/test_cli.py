@@ -50,6 +50,15 @@ def test_smoke_run_help_and_cfg(data_dir, tmp_path):
     assert job.returncode == 0 and "_target_: zoo.models.CNN" in job.stdout
 
 
+def test_eval_prints_its_result_alone_on_stdout(data_dir, tmp_path):
+    """Its log lines go to stderr: `python eval.py run_dir=... | head -1` reads the result, nothing else."""
+    assert run(["debug=smoke", f"hydra.run.dir={tmp_path / 'run'}"], data_dir).returncode == 0
+    done = run([f"run_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'eval'}"], data_dir, script="eval.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [done.stdout.strip()] and done.stdout.startswith("test @ step 6: loss=")
+    assert "wrote " in done.stderr  # where the eval json went: still said, on stderr
+
+
 @pytest.mark.parametrize("override,setting", [
     ("trainer.batch_size=0", "trainer.batch_size"),
     ("optimizer.learning_rate=-1", "optimizer.learning_rate"),
