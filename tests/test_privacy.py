@@ -455,3 +455,16 @@ def test_eval_of_a_dp_run_does_not_log_its_training_plan_again(make_cfg, tmp_pat
     evaluated = evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="eval"))
     assert evaluated["metrics"] == trained["test"]
     assert "DP-SGD: q=" not in caplog.text and "is more than" not in caplog.text
+
+
+def test_an_exported_dp_model_carries_the_guarantee_of_its_step(make_cfg, tmp_path):
+    from zoo.export.artifact import export
+
+    results = train(make_cfg("debug=smoke", *DP, "trainer.checkpoint_every=2"))
+    for checkpoint, steps in (("final", 6), ("2", 2)):
+        signature = export(make_cfg(f"run_dir={tmp_path / 'run'}", f"checkpoint={checkpoint}",
+                                    config_name="export"))["signature"]
+        record = signature["privacy"]
+        assert record["steps"] == steps and record["noise_multiplier"] == 1.0
+        assert record["epsilon"] == pytest.approx(reference_epsilon(record), rel=1e-9)
+    assert record["epsilon"] < results["privacy"]["epsilon"]  # step 2 spent less than the whole run

@@ -81,6 +81,20 @@ def _metric_units(data) -> dict:
                           "none", "target_std": std.tolist()}
 
 
+def _privacy_at(run_dir: str, step: int) -> dict:
+    """A DP run's guarantee for the exported step: its results.json's record (the noise it solved, the sampling
+    rate, the accountant), with epsilon computed for that step; a run without results.json says where it is."""
+    from zoo.privacy import accountant
+    from zoo.sweeps.jobs import load_json
+
+    record = (load_json(os.path.join(run_dir, "results.json")) or {}).get("privacy")
+    if record is None:
+        return {"note": "the run has no results.json; metrics.jsonl's train records carry the epsilon spent"}
+    eps = accountant.epsilon(record["q"], record["noise_multiplier"], step, record["accountant_delta"],
+                             record["accountant"])
+    return {**record, "steps": step, "epsilon": eps if np.isfinite(eps) else None}
+
+
 def write_directory(final: str, files: dict) -> None:
     """Write `files` (name -> bytes) as the directory `final`, replacing an earlier one only when complete."""
     parent = os.path.dirname(os.path.abspath(final))
@@ -113,6 +127,8 @@ def export(cfg: DictConfig) -> dict:
     exported = export_function(predict, run.data.input_shape, cfg.platforms)
     test_metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, *run.eval_sets["test"])
     signature = signature_of(exported, run.data, step, test_metrics, meta["config"])
+    if meta["config"].get("privacy", {}).get("mode") == "dpsgd":
+        signature["privacy"] = _privacy_at(cfg.run_dir, step)
     out_dir = os.path.join(cfg.run_dir, "export")
     if is_primary():  # with distributed=explicit|auto every process computes the metrics; one writes
         write_directory(out_dir, {"model.jax": bytes(exported.serialize()),
