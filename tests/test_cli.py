@@ -102,6 +102,7 @@ def test_a_refused_command_leaves_the_runs_hydra_record_as_it_was(data_dir, tmp_
     refused = run(["debug=smoke", "model.hidden=[16]", "optimizer.learning_rate=0.01", f"hydra.run.dir={run_dir}"],
                   data_dir)
     assert refused.returncode == 2 and "optimizer.learning_rate (0.001 -> 0.01)" in refused.stderr
+    assert "other settings than this command's" not in refused.stdout + refused.stderr  # no warning it goes on
     assert run(["debug=smoke", "model.hidden=[16]", f"hydra.run.dir={run_dir}"], data_dir).returncode == 0  # reported
     assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()} == before
     assert (run_dir / "train.log").read_bytes() == log  # nor does its log tell of these commands

@@ -134,8 +134,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         ended = start_step == total_steps or stopped_early
         recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
             else None
-        if own and not ended and in_multirun():
-            _refuse_other_settings_in_a_sweep(cfg, meta, start_step)
+        if restored is not None and not ended:
+            _say_other_settings(cfg, meta, start_step, sweep_job=own and in_multirun())
     except BaseException:  # refused (other settings, resume=never): release the manager opened above
         if ckpts is not None:
             ckpts.close()
@@ -162,14 +162,19 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
                       start_step, host_state, sums, early)
 
 
-def _refuse_other_settings_in_a_sweep(cfg: DictConfig, meta: dict, step: int) -> None:
-    """A sweep's job is what its overrides say: resumed under other values, it would be reported with values it
-    was trained with only in part (a single run may go on with, say, a lower learning rate)."""
+def _say_other_settings(cfg: DictConfig, meta: dict, step: int, sweep_job: bool) -> None:
+    """A run going on under other settings than its first steps had: allowed (a lower learning rate for the rest
+    of a run, say) but never unsaid. A sweep's job is what its overrides say: resumed so, it would be reported with
+    values it was trained with only in part, so it is refused. (A finished run asked for other settings is refused
+    by _recorded_results, without this warning.)"""
     changed = result_changes(meta["config"], cfg)
-    if changed:
+    if changed and sweep_job:
         raise UserError(f"hydra.run.dir={cfg.paths.output_dir} holds this sweep job's run, stopped at step {step} and "
                         f"trained with other settings: {'; '.join(changed)}; rerun the sweep's own command to go on "
                         "with it, or choose a new hydra.sweep.dir.")
+    if changed:
+        log.warning("the steps before %d were trained with other settings than this command's: %s", step,
+                    "; ".join(changed))
 
 
 def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts) -> None:

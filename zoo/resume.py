@@ -5,7 +5,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import in_multirun, new_run_dir
+from zoo.cli import new_run_dir
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import UserError
 from zoo.privacy.plan import resume_defining
@@ -95,7 +95,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
             source.close()
             _refuse_empty_resume(resume, own=ckpts is not None and os.path.samefile(resume, ckpts.directory))
     try:
-        return _restore_from(source, cfg, target, own=source is ckpts)
+        return _restore_from(source, cfg, target)
     finally:
         if source is not ckpts:  # another run's checkpoints, opened only to read
             source.close()
@@ -113,8 +113,7 @@ def _refuse_empty_resume(resume: str, own: bool) -> None:
                     "auto or never.")
 
 
-def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
-    """`own`: the run's own checkpoints, not trainer.resume's."""
+def _restore_from(source: Checkpoints, cfg: DictConfig, target):
     newest_first = list(reversed(source.steps()))
     saved_config = source.first_readable_meta(newest_first, hint="start in a new hydra.run.dir.")["config"]
     current, saved = OmegaConf.to_container(cfg, resolve=True), _with_defaults(saved_config)
@@ -135,11 +134,6 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
                         f"it was trained with {settings}: restore those settings or start in a new "
                         "hydra.run.dir.") from None
     log.info("resuming from step %d of %s", step, source.directory)
-    others = changed_settings(saved, current, RESULT_DEFINING)
-    if others and not (own and in_multirun()):  # a sweep's job resumed so is refused (zoo.outputs) instead
-        # allowed (a lower learning rate for the rest of a single run, say), but never unsaid
-        log.warning("the steps before %d were trained with other settings than this command's: %s", step,
-                    "; ".join(others))
     return step, tree, meta
 
 
