@@ -1,6 +1,6 @@
-"""SIGTERM outside the train loop: during the set-up it stops the run at its first call boundary, saved; while a
-run (or a population) finishes, it lets it finish. Each test sends the signal from inside the phase, so the
-moment is exact: a process without a handler for it there would die of it."""
+"""SIGTERM while a run (or a population) finishes lets it finish; a sweep's job it stopped goes on only with the
+settings it began with. Each test sends the signal from inside a function of the phase, so the moment is exact:
+a process without a handler for it there would die of it."""
 import json
 import signal
 import subprocess
@@ -12,22 +12,25 @@ from conftest import ROOT, subprocess_env
 from zoo.checkpoint import Checkpoints
 
 SIGNALLED = """
-import os, runpy, signal, sys
-import {module} as m
-real = m.{name}
+import importlib, os, runpy, signal, sys
+owner = importlib.import_module("{module}")
+for name in "{path}".split(".")[:-1]:
+    owner = getattr(owner, name)
+name = "{path}".split(".")[-1]
+real = getattr(owner, name)
 def signalled(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)
+    setattr(owner, name, real)  # once
     return real(*args, **kwargs)
-m.{name} = signalled
+setattr(owner, name, signalled)
 sys.argv = ["train.py", *sys.argv[1:]]
 runpy.run_path("train.py", run_name="__main__")
 """
 
 
-def train_signalled_in(function: str, args: list, data_dir) -> subprocess.CompletedProcess:
-    """train.py with SIGTERM sent at the start of `function` ("module.name")."""
-    module, name = function.rsplit(".", 1)
-    return subprocess.run([sys.executable, "-c", SIGNALLED.format(module=module, name=name), *args], cwd=ROOT,
+def train_signalled_in(module: str, path: str, args: list, data_dir) -> subprocess.CompletedProcess:
+    """train.py with SIGTERM sent at the first call of `path` (a function or Class.method) of `module`."""
+    return subprocess.run([sys.executable, "-c", SIGNALLED.format(module=module, path=path), *args], cwd=ROOT,
                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
 
 
@@ -39,7 +42,7 @@ def assert_saves_complete(run_dir, last_step: int):
 
 def test_sigterm_while_a_run_finishes_lets_it_finish(data_dir, tmp_path):
     run_dir = tmp_path / "run"
-    done = train_signalled_in("zoo.train._finish", ["debug=smoke", f"hydra.run.dir={run_dir}"], data_dir)
+    done = train_signalled_in("zoo.train", "_finish", ["debug=smoke", f"hydra.run.dir={run_dir}"], data_dir)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SIGTERM arrived while the run finished; it completed first" in done.stderr + done.stdout
     results = json.loads((run_dir / "results.json").read_text())
@@ -47,24 +50,9 @@ def test_sigterm_while_a_run_finishes_lets_it_finish(data_dir, tmp_path):
     assert_saves_complete(run_dir, results["steps"])
 
 
-def test_sigterm_during_the_set_up_stops_the_run_at_its_first_boundary_saved(data_dir, tmp_path):
-    run_dir = tmp_path / "run"
-    args = ["debug=smoke", f"hydra.run.dir={run_dir}"]  # 6 steps, logged every 2
-    stopped = train_signalled_in("zoo.train.build", args, data_dir)
-    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
-    last = stopped.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: stopped by SIGTERM at step 2; the checkpoint is saved"), last
-    assert not (run_dir / "results.json").exists()
-    assert_saves_complete(run_dir, 2)
-    resumed = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
-                             capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads((run_dir / "results.json").read_text())["start_step"] == 2
-
-
 def test_sigterm_while_a_population_finishes_lets_its_members_finish(data_dir, tmp_path):
     sweep = tmp_path / "sweep"
-    done = train_signalled_in("zoo.population.train._finish", ["-m", "debug=smoke", "seed=0,1",
+    done = train_signalled_in("zoo.population.train", "_finish", ["-m", "debug=smoke", "seed=0,1",
                                                                 "hydra/launcher=population",
                                                                 f"hydra.sweep.dir={sweep}"], data_dir)
     out = done.stderr + done.stdout
@@ -81,8 +69,7 @@ def test_a_stopped_sweep_job_goes_on_only_with_the_settings_it_began_with(data_d
     sweep = tmp_path / launcher
     seeds = "seed=0" if launcher == "basic" else "seed=0,1"  # a population of one trains as the basic launcher
     args = ["-m", "debug=smoke", seeds, f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}"]
-    signalled = "zoo.train.build" if launcher == "basic" else "zoo.population.train._train"
-    stopped = train_signalled_in(signalled, args, data_dir)
+    stopped = train_signalled_in("zoo.run_logger", "RunLogger.log", args, data_dir)  # at step 2's log: stops there
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
     log = (sweep / "0" / "metrics.jsonl").read_text()
     other = subprocess.run([sys.executable, "train.py", *args, "optimizer.learning_rate=0.01"], cwd=ROOT,

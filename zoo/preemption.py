@@ -58,16 +58,15 @@ def forget() -> None:
     _received = None
 
 
-_unseen_interrupt = None  # a stop signal before the train loop (SIGTERM; Ctrl-C, whose KeyboardInterrupt may be lost)
+_unseen_interrupt = None  # a Ctrl-C before the train loop whose KeyboardInterrupt may have been lost
 
 
 @contextlib.contextmanager
 def interrupts_remembered():
-    """Before the train loop, Ctrl-C raises KeyboardInterrupt as usual, and is remembered until a train loop
-    starts: raised inside a garbage-collection callback (JAX runs one while compiling) Python only prints it and
-    goes on. SIGTERM (a scheduler's notice) is only remembered: the set-up goes on. Either way the loop then
-    stops at its first call boundary (log, eval or checkpoint step) and saves there, instead of training to the
-    end; in a sweep, the sweep ends after this job."""
+    """Ctrl-C raises KeyboardInterrupt as usual, and is remembered until a train loop starts. Raised inside a
+    garbage-collection callback (JAX runs one while compiling) Python only prints it and goes on: the loop then
+    stops at its first call boundary (log, eval or checkpoint step) instead of training to the end. (SIGTERM
+    before the loop keeps its default: the process ends at once, having trained nothing yet.)"""
     global _unseen_interrupt
     _unseen_interrupt = None
     if threading.current_thread() is not threading.main_thread():
@@ -75,17 +74,15 @@ def interrupts_remembered():
         return
 
     def handler(signum, frame):
-        global _unseen_interrupt, _received
-        _unseen_interrupt = _received = signum
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
+        global _unseen_interrupt
+        _unseen_interrupt = signum
+        raise KeyboardInterrupt
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+        signal.signal(signal.SIGINT, previous)
         _unseen_interrupt = None
 
 
