@@ -57,6 +57,9 @@ def test_eval_prints_its_result_alone_on_stdout(data_dir, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [done.stdout.strip()] and done.stdout.startswith("test @ step 6: loss=")
     assert "wrote " in done.stderr  # where the eval json went: still said, on stderr
+    quiet = run([f"run_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'eval2'}", "hydra/job_logging=disabled"],
+                data_dir, script="eval.py")  # another logging preset replaces the stderr one whole
+    assert quiet.returncode == 0 and quiet.stdout == done.stdout, quiet.stderr
 
 
 @pytest.mark.parametrize("override,setting", [
