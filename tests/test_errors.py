@@ -420,6 +420,18 @@ def test_a_finished_run_asked_for_other_settings_is_refused(make_cfg, tmp_path, 
         train(make_cfg("debug=smoke", "trainer.max_steps=4", f"trainer.resume={source}", out="new"))
 
 
+def test_a_finished_run_missing_its_results_is_finished_only_with_its_own_settings(make_cfg, tmp_path):
+    """Stopped between its last checkpoint and results.json: finishing it under other settings would report
+    results under settings it was not trained with."""
+    first = train(make_cfg("debug=smoke"))
+    (tmp_path / "run" / "results.json").unlink()
+    with pytest.raises(UserError, match=r"hydra\.run\.dir=.*/run already holds a finished run trained with other "
+                                        r"settings: optimizer\.learning_rate \(0\.001 -> 0\.01\); choose a new "):
+        train(make_cfg("debug=smoke", "optimizer.learning_rate=0.01"))
+    assert not (tmp_path / "run" / "results.json").exists()
+    assert train(make_cfg("debug=smoke"))["test"] == first["test"]
+
+
 def test_a_finished_run_is_compared_by_what_decides_its_results(make_cfg, tmp_path):
     first = train(make_cfg("debug=smoke"))
     for meta in (tmp_path / "run" / "checkpoints").rglob("meta/metadata"):  # saved before these settings existed

@@ -134,8 +134,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         ended = start_step == total_steps or stopped_early
         recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
             else None
-        if restored is not None and not ended:
-            _say_other_settings(cfg, meta, start_step, sweep_job=own and in_multirun())
+        if restored is not None and recorded is None:  # it trains on, or finishes (its results.json is missing)
+            _say_other_settings(cfg, meta, start_step, own, ended)
     except BaseException:  # refused (other settings, resume=never): release the manager opened above
         if ckpts is not None:
             ckpts.close()
@@ -162,13 +162,16 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
                       start_step, host_state, sums, early)
 
 
-def _say_other_settings(cfg: DictConfig, meta: dict, step: int, sweep_job: bool) -> None:
+def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended: bool) -> None:
     """A run going on under other settings than its first steps had: allowed (a lower learning rate for the rest
-    of a run, say) but never unsaid. A sweep's job is what its overrides say: resumed so, it would be reported with
-    values it was trained with only in part, so it is refused. (A finished run asked for other settings is refused
-    by _recorded_results, without this warning.)"""
+    of a run, say) but never unsaid. Refused where its results would be reported under settings it was not trained
+    with: its own run already at its end (results.json missing), or a sweep's job, which is what its overrides
+    say. (A finished run with its results.json is refused by _recorded_results.)"""
     changed = result_changes(meta["config"], cfg)
-    if changed and sweep_job:
+    if changed and own and ended:
+        raise UserError(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
+                        f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
+    if changed and own and in_multirun():
         raise UserError(f"hydra.run.dir={cfg.paths.output_dir} holds this sweep job's run, stopped at step {step} and "
                         f"trained with other settings: {'; '.join(changed)}; rerun the sweep's own command to go on "
                         "with it, or choose a new hydra.sweep.dir.")
