@@ -330,9 +330,10 @@ def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
     with pytest.raises(UserError, match=rf"trainer\.resume={step} is one checkpoint step; pass the checkpoints/ "
                                         rf"directory that holds it: trainer\.resume={step.parent}\."):
         train(make_cfg("debug=smoke", f"trainer.resume={step}", out="b"))
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match=r"trainer\.resume=.*/empty holds no checkpoint; pass the checkpoints/"):
-        train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'empty'}", out="c"))
+    for empty in (tmp_path / "empty", tmp_path / "sweep" / "0"):  # a job folder is named by a number too
+        empty.mkdir(parents=True)
+        with pytest.raises(UserError, match=rf"trainer\.resume={empty} holds no checkpoint; pass the checkpoints/"):
+            train(make_cfg("debug=smoke", f"trainer.resume={empty}", out="c"))
     own = tmp_path / "d" / "checkpoints"  # created by the run before it looks for one to resume
     with pytest.raises(UserError, match=r"trainer\.resume=.*/d/checkpoints is this run's own checkpoints/ directory, "
                                         r"which holds none yet"):

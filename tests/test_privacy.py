@@ -248,7 +248,7 @@ def test_target_epsilon_solves_the_noise_and_a_fixed_noise_stops_at_the_budget(m
     assert capped.epsilon(capped.total_steps) <= 2.0 < capped.epsilon(capped.total_steps + 1)
 
 
-def test_the_truncation_term_is_paid_from_delta_up_to_epsilon_10_and_reported_in_delta_beyond(make_cfg):
+def test_the_truncation_term_is_paid_from_delta_up_to_epsilon_10_and_reported_in_delta_beyond(make_cfg, caplog):
     """Up to epsilon 10 the rows keep (1 + e^eps) p within 1% of delta; beyond, growing them would approach the
     whole split (epsilon 25 here: all 1439 rows for 64 expected), so they are not grown and delta carries it."""
     cfg = make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=0.6", "trainer.batch_size=64")
@@ -262,6 +262,11 @@ def test_the_truncation_term_is_paid_from_delta_up_to_epsilon_10_and_reported_in
             assert paid <= record["delta"] == 1e-5
         else:
             assert record["delta"] == min(1.0, paid) > 1e-5 and plan.rows < 2 * 64
+    assert "raise privacy.noise_multiplier for a guarantee" in caplog.text
+    caplog.clear()
+    cfg.privacy.noise_multiplier, cfg.privacy.target_epsilon = None, 25.0  # the noise solved: the target is the knob
+    plan_privacy(cfg, split, 660, 1)
+    assert "lower privacy.target_epsilon for a guarantee" in caplog.text
 
 
 def test_a_budget_that_ends_the_run_ends_it_on_an_update(make_cfg):

@@ -116,6 +116,14 @@ def test_a_grid_stopped_after_its_first_job_shows_what_it_swept_and_how_many_job
     assert "Jobs: 1 of the 4 the sweep asked for (1 completed)." in markdown
     assert "Fixed overrides: `trainer.epochs=10`." in markdown
     assert "| rank | job | status | objective | optimizer.learning_rate | seed |" in markdown
+    (tmp_path / "multirun.yaml").write_text(  # the sweeper's own params sweep too; none at all: no count
+        "hydra:\n  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper\n"
+        "    params:\n      optimizer: adam,sgd\n  overrides:\n    task: ['seed=0,1']\n")
+    assert sweep_report.sweep_plan(str(tmp_path))[::2] == ({"optimizer", "seed"}, 4)
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper\n"
+        "  overrides:\n    task: ['trainer.epochs=10']\n")
+    assert sweep_report.sweep_plan(str(tmp_path)) == (set(), set(), None)
 
 
 def test_the_plot_axes_follow_the_search_space(tmp_path, monkeypatch):

@@ -105,7 +105,7 @@ def _refuse_empty_resume(resume: str, own: bool) -> None:
     """trainer.resume names a directory with no checkpoint step in it: one step's folder, this run's own (empty)
     checkpoints/, or no checkpoints at all."""
     parent = os.path.dirname(os.path.abspath(resume))
-    if os.path.basename(os.path.abspath(resume)).isdigit() and os.path.isdir(parent):
+    if os.path.basename(os.path.abspath(resume)).isdigit() and os.path.basename(parent) == "checkpoints":
         raise UserError(f"trainer.resume={resume} is one checkpoint step; pass the checkpoints/ directory that holds "
                         f"it: trainer.resume={parent}.")
     what = "is this run's own checkpoints/ directory, which holds none yet" if own else "holds no checkpoint"

@@ -43,9 +43,11 @@ class PrivacyPlan:
     def record(self, steps: int) -> dict:
         """results.json's `privacy`: enough to recompute epsilon with dp-accounting."""
         eps = self.epsilon(steps)
-        return {"epsilon": eps if math.isfinite(eps) else None, "delta": self.delta, "noise_multiplier": self.noise_multiplier,
-                "l2_clip": self.l2_clip, "sampling": f"poisson (q={self.q:.6g}, expected batch "
-                f"{self.stream.batch_size}, truncated at {self.rows})", "accountant": self.accountant,
+        return {"epsilon": eps if math.isfinite(eps) else None, "delta": self.delta,
+                "noise_multiplier": self.noise_multiplier, "l2_clip": self.l2_clip,
+                "sampling": f"poisson (q={self.q:.6g}, expected batch {self.stream.batch_size}, "
+                            f"truncated at {self.rows})",
+                "accountant": self.accountant,
                 "q": self.q, "steps": steps, "accountant_delta": self.accountant_delta,
                 "overflow_probability": self.overflow_probability, "target_epsilon": self.target_epsilon,
                 "stopped_by_budget": self.total_steps < self.planned_steps}
@@ -93,9 +95,11 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     if eps > MEANINGLESS_EPSILON:  # the term is not within delta's share: delta is reported with it
         delta = min(1.0, accountant_delta + (1 + math.exp(min(eps, 700.0))) * overflow)
         if sigma > 0:
+            remedy = "raise privacy.noise_multiplier" if p.noise_multiplier is not None else \
+                "lower privacy.target_epsilon"  # the noise was solved from it
             log.warning("epsilon %.3g bounds little: batch rows are not grown to keep the truncation of oversized "
-                        "samples within privacy.delta, so the delta reported includes it (%.3g); raise "
-                        "privacy.noise_multiplier for a guarantee that bounds something.", eps, delta)
+                        "samples within privacy.delta, so the delta reported includes it (%.3g); %s for a guarantee "
+                        "that bounds something.", eps, delta, remedy)
     if total_steps < planned_steps:
         log.warning("privacy.target_epsilon=%s is reached after %d of the %d planned steps with "
                     "privacy.noise_multiplier=%s: training stops at step %d.", p.target_epsilon, total_steps,

@@ -106,14 +106,14 @@ def sweep_plan(root: str) -> tuple:
         searched = parser.parse_overrides([f"{k}={v}" for k, v in params.items()])
     except Exception:  # noqa: BLE001 — none (a folder of runs gathered by hand), or unreadable
         return set(), set(), None
-    sweeps = [o for o in overrides if o.is_sweep_override()]
-    swept = {o.get_key_element().lstrip("+~") for o in sweeps + searched}
-    linear = {o.get_key_element().lstrip("+~") for o in sweeps + searched
-              if isinstance(o.value(), IntervalSweep) and "log" not in o.value().tags}
+    # the sweeper's params first: a key the command line sweeps too is swept as the command line says
+    sweeps = {o.get_key_element().lstrip("+~"): o for o in searched + overrides if o.is_sweep_override()}
+    swept = set(sweeps) | {o.get_key_element().lstrip("+~") for o in searched}
+    linear = {key for key, o in sweeps.items() if isinstance(o.value(), IntervalSweep) and "log" not in o.value().tags}
     planned = None
-    if "BasicSweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="")):  # a grid: its size
+    if sweeps and "BasicSweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="")):  # a grid
         with contextlib.suppress(Exception):  # a sweep Hydra expands otherwise (glob): not counted
-            planned = math.prod(len(list(o.sweep_string_iterator())) for o in sweeps)
+            planned = math.prod(len(list(o.sweep_string_iterator())) for o in sweeps.values())
     return swept, linear, planned
 
 
