@@ -1,6 +1,7 @@
 """SIGTERM while a run (or a population) finishes lets it finish; a sweep's job it stopped goes on only with the
 settings it began with. Each test sends the signal from inside a function of the phase, so the moment is exact:
 a process without a handler for it there would die of it."""
+import csv
 import json
 import signal
 import subprocess
@@ -80,6 +81,9 @@ def test_a_stopped_sweep_job_goes_on_only_with_the_settings_it_began_with(data_d
             "optimizer.learning_rate (0.001 -> 0.01); rerun the sweep's own command") in out
     assert "choose a new hydra.sweep.dir." in out and "trained with other settings than this command's" not in out
     assert (sweep / "0" / "metrics.jsonl").read_text() == log and not (sweep / "0" / "results.json").exists()
+    assert json.loads((sweep / "0" / "failure.json").read_text())["error"] == "Preempted"  # still resumable
+    with open(sweep / "summary.csv") as f:
+        assert {r["job"]: r["status"] for r in csv.DictReader(f)}["0"] == "stopped"
     same = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=300)
     assert same.returncode == 0, same.stderr[-3000:]

@@ -15,6 +15,11 @@ class UserError(CompactHydraException):
     exit_code = 2
 
 
+class RunRefused(UserError):
+    """The command's run directory holds a run this command may not train on (another run's, or its own with
+    other settings); the directory is left as it was, and a sweep writes no failure.json into it."""
+
+
 class Interrupted(UserError):
     """Ctrl-C at a moment where nothing half-done is kept (e.g. while a dataset is being prepared)."""
 

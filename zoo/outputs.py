@@ -16,7 +16,7 @@ from zoo import run_record
 from zoo.checkpoint import Checkpoints
 from zoo.cli import in_multirun, new_run_dir
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
-from zoo.errors import UserError
+from zoo.errors import RunRefused, UserError
 from zoo.loop import NonFiniteLoss, metric_summary
 from zoo.optim import learning_rate_at
 from zoo.parallel.distributed import is_primary
@@ -108,17 +108,17 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         ckpts = Checkpoints(os.path.join(out_dir, "checkpoints"), **settings)
     results_path = os.path.join(out_dir, "results.json")
     if ckpts is None and os.path.exists(results_path):
-        raise UserError(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
+        raise RunRefused(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
                         f"choose a new {new_run_dir()}.")
     if ckpts is None and _has_entries(os.path.join(out_dir, "checkpoints")):  # a stopped run: its log too
-        raise UserError(f"hydra.run.dir={out_dir} holds the checkpoints of an unfinished run, which "
+        raise RunRefused(f"hydra.run.dir={out_dir} holds the checkpoints of an unfinished run, which "
                         "checkpoint.enabled=false would start over; set checkpoint.enabled=true to resume it or "
                         f"choose a new {new_run_dir()}.")
     target = {"state": host_state, "sums": zero_sums}
     early = early_stopping_for(cfg, settings)
     try:
         if ckpts is not None and not ckpts.steps() and os.path.exists(results_path):
-            raise UserError(f"hydra.run.dir={out_dir} already holds a finished run (results.json) but no checkpoint "
+            raise RunRefused(f"hydra.run.dir={out_dir} already holds a finished run (results.json) but no checkpoint "
                             f"to continue from; choose a new {new_run_dir()}.")
         own = bool(ckpts and ckpts.steps())  # its own checkpoints, not trainer.resume's
         start_step, restored, meta = find_start(cfg, ckpts, target)
@@ -128,8 +128,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         if restored is not None and start_step > total_steps and not stopped_early:
             where, instead = ((f"hydra.run.dir={out_dir}", f"choose a new {new_run_dir()}") if own else
                               (f"trainer.resume={cfg.trainer.resume}", "resume from an earlier run"))
-            raise UserError(f"{where} holds a run at step {start_step}, past the {total_steps} steps trainer.epochs and "
-                            f"trainer.max_steps now give; restore them or {instead}.")
+            raise UserError(f"{where} holds a run at step {start_step}, past the {total_steps} steps trainer.epochs "
+                            f"and trainer.max_steps now give; restore them or {instead}.")
         _check_scheduled_length(cfg, meta, total_steps, ckpts)
         ended = start_step == total_steps or stopped_early
         recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
@@ -169,10 +169,10 @@ def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended
     say. (A finished run with its results.json is refused by _recorded_results.)"""
     changed = result_changes(meta["config"], cfg)
     if changed and own and ended:
-        raise UserError(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
+        raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
                         f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
     if changed and own and in_multirun():
-        raise UserError(f"hydra.run.dir={cfg.paths.output_dir} holds this sweep job's run, stopped at step {step} and "
+        raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} holds this sweep job's run, stopped at step {step} and "
                         f"trained with other settings: {'; '.join(changed)}; rerun the sweep's own command to go on "
                         "with it, or choose a new hydra.sweep.dir.")
     if changed:
@@ -255,7 +255,7 @@ def _recorded_results(cfg: DictConfig, task, results_path: str, meta: dict, step
         return None
     changed = result_changes(meta["config"], cfg)
     if changed:
-        raise UserError(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
+        raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
                         f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
     return RecordedResults(results, objective=objective_of(cfg, results, task))
 

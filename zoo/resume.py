@@ -7,7 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
 from zoo.cli import new_run_dir
 from zoo.config import METRIC_MODES, saved_with_defaults
-from zoo.errors import UserError
+from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
 from zoo.targets import check_targets
 
@@ -77,7 +77,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     resume = cfg.trainer.resume
     own_steps = ckpts.steps() if ckpts else []
     if resume == "never" and own_steps:
-        raise UserError(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
+        raise RunRefused(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
                         f"trainer.resume=never; choose a new {new_run_dir()} or set trainer.resume=auto.")
     if own_steps:
         source = ckpts
@@ -96,6 +96,10 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
             _refuse_empty_resume(resume, own=ckpts is not None and os.path.samefile(resume, ckpts.directory))
     try:
         return _restore_from(source, cfg, target)
+    except UserError as e:
+        if source is ckpts and not isinstance(e, RunRefused):  # its own run refused: left as it was
+            raise RunRefused(str(e)) from None
+        raise
     finally:
         if source is not ckpts:  # another run's checkpoints, opened only to read
             source.close()

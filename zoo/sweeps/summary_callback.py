@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from zoo import preemption
-from zoo.errors import UserError, exit_with
+from zoo.errors import RunRefused, UserError, exit_with
 from zoo.files import write_json
 from zoo.loop import TrialPruned
 from zoo.run_logger import draw_summary_plot
@@ -115,9 +115,11 @@ class SweepSummary(Callback):
             return
         job_dir = config.hydra.runtime.output_dir
         if job_return.status == JobStatus.FAILED:
-            # a job refused to train over a finished run (its own with other settings, or another job's in a
-            # shared hydra.sweep.subdir) leaves that run's directory as it was: the refusal is on the console
-            if not os.path.exists(os.path.join(job_dir, "results.json")):
+            # a job refused to train on the run its directory holds (a finished one, or a stopped one with other
+            # settings) leaves that run's directory as it was, its failure.json (a stop's) too: the refusal is on
+            # the console
+            refused = isinstance(job_return._return_value, RunRefused)
+            if not (refused or os.path.exists(os.path.join(job_dir, "results.json"))):
                 write_failure(job_dir, job_return)
             # a pruned trial is routine: sweepers that prune go on and end with on_multirun_end
             self.plot_each_job |= not isinstance(job_return._return_value, TrialPruned)
