@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -129,11 +130,16 @@ def test_a_grid_stopped_after_its_first_job_shows_what_it_swept_and_how_many_job
 def test_the_plot_axes_follow_the_search_space(tmp_path, monkeypatch):
     """A dropout drawn from interval(0.0, 0.5) stays on a linear axis although its values span 20x; a learning
     rate drawn from a log interval gets a log axis."""
+    from test_optuna_sweeper import RecordingLauncher, make_sweep
+
     from zoo.sweeps import plots
 
-    (tmp_path / "multirun.yaml").write_text(
-        "hydra:\n  sweeper:\n    params:\n      model.dropout: interval(0.0, 0.5)\n"
-        "      optimizer.learning_rate: tag(log, interval(1e-4, 1e-2))\n  overrides:\n    task: []\n")
+    params = {"model.dropout": "interval(0.0, 0.5)", "optimizer.learning_rate": "tag(log, interval(1e-4, 1e-2))",
+              "trainer.batch_size": "choice(16, 32)"}
+    sweep = make_sweep(tmp_path / "study", RecordingLauncher(), params=params, n_trials=1)
+    sweep.config.hydra.overrides, sweep.config.hydra.sweeper = {"task": []}, {"params": params}  # as Hydra composes
+    sweep.sweep([])  # writes the sweep's multirun.yaml, as Hydra's basic sweeper does
+    shutil.copy(tmp_path / "study" / "multirun.yaml", tmp_path / "multirun.yaml")
     for i, (dropout, lr) in enumerate([(0.02, 1e-4), (0.45, 1e-2)]):
         write_job(tmp_path, str(i), [f"model.dropout={dropout}", f"optimizer.learning_rate={lr}"],
                   results=completed(0.5 + i / 10))

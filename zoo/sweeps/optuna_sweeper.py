@@ -78,6 +78,14 @@ def objective_directions(config: DictConfig, given: list | None) -> list:
     return given
 
 
+def _save_multirun_config(config) -> None:
+    """multirun.yaml at the sweep's root, as Hydra's basic sweeper writes it: what the sweep searched (its summary
+    plots a parameter drawn from a linear interval on a linear axis) and what marks the folder as a multirun's."""
+    sweep_dir = str(config.hydra.sweep.dir)
+    os.makedirs(sweep_dir, exist_ok=True)
+    OmegaConf.save(config, os.path.join(sweep_dir, "multirun.yaml"))
+
+
 def _check_metrics(config, space) -> None:
     """A metric name every trial would refuse (e.g. optimized_metric=validation/acc) is refused once, before the
     study opens, instead of failing each trial; left to the trials where the search varies what decides it."""
@@ -153,6 +161,7 @@ class OptunaSweep:
         if self.pruner_cfg is not None and _eval_every(self.config, space) <= 0:  # else every trial fails so
             raise UserError("hydra.sweeper.pruner needs periodic evals to judge a trial by; set trainer.eval_every "
                             "to a number of steps.")
+        _save_multirun_config(self.config)
         is_grid = "GridSampler" in str(self.sampler_cfg.get("_target_", ""))
         grid = space.grid() if is_grid else {}
         study = self._study(grid)
