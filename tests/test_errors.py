@@ -25,7 +25,7 @@ import zoo.cli
 from zoo.checkpoint import Checkpoints
 from zoo.cli import RunDirCheck, run_task
 from zoo.data import build_dataset, embedded, load_dataset
-from zoo.errors import Interrupted, UserError
+from zoo.errors import Interrupted, RunRefused, UserError
 from zoo.evaluate import evaluate
 from zoo.loop import NonFiniteLoss
 from zoo.preemption import Preempted
@@ -484,6 +484,9 @@ def test_eval_on_corrupt_checkpoints(make_cfg, trained, caplog):
     with pytest.raises(UserError, match=r"no checkpoint in .*/checkpoints can be restored \(tried steps \[6, 4, 2\]\); "
                                         r"train the run again or pass another run_dir\."):
         evaluate(eval_cfg(make_cfg, trained))
+    with pytest.raises(UserError, match=r"can be restored") as damaged:  # training on: damage, not a refusal of
+        train(make_cfg("debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2"))  # its settings, so a
+    assert not isinstance(damaged.value, RunRefused)  # sweep's job ends failed, not stopped-and-resumable
     for meta in (trained / "checkpoints").rglob("meta/metadata"):
         meta.write_text("{not json")
     with pytest.raises(UserError, match=r"checkpoint step 6 in .* has unreadable metadata"):

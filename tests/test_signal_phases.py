@@ -51,6 +51,15 @@ def test_sigterm_while_a_run_finishes_lets_it_finish(data_dir, tmp_path):
     assert_saves_complete(run_dir, results["steps"])
 
 
+def test_sigterm_before_training_ends_the_process_at_once(data_dir, tmp_path):
+    """Nothing is trained yet, so nothing is saved: SIGTERM keeps its default (exit 143 in a shell), which also
+    keeps a stuck set-up (a dataset download, say) killable."""
+    run_dir = tmp_path / "run"
+    stopped = train_signalled_in("zoo.train", "build", ["debug=smoke", f"hydra.run.dir={run_dir}"], data_dir)
+    assert stopped.returncode == -signal.SIGTERM
+    assert not (run_dir / "results.json").exists() and not list(run_dir.glob("checkpoints/*"))
+
+
 def test_sigterm_while_a_population_finishes_lets_its_members_finish(data_dir, tmp_path):
     sweep = tmp_path / "sweep"
     done = train_signalled_in("zoo.population.train", "_finish", ["-m", "debug=smoke", "seed=0,1",

@@ -269,6 +269,29 @@ def test_a_sweep_dir_holding_another_objectives_jobs_is_refused(data_dir, tmp_pa
     assert multirun(data_dir, sweep, "seed=0,1").returncode == 0  # the same objective goes on in it
 
 
+@pytest.mark.parametrize("sweeper, refused", [("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", False),
+                                              ("zoo.sweeps.optuna_sweeper.OptunaSweeper", True)], ids=["grid", "study"])
+def test_only_a_grid_run_again_may_rank_its_jobs_by_another_objective(tmp_path, capsys, sweeper, refused):
+    """A grid run again reruns its own jobs, which then report under the new objective; a study would add new
+    trials beside ones that optimised the other objective (and tell it values of the wrong direction)."""
+    from zoo.sweeps.summary_callback import _refuse_another_objective
+
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)
+    (tmp_path / "0" / ".hydra" / "overrides.yaml").write_text("[]")
+    (tmp_path / "0" / ".hydra" / "config.yaml").write_text("optimized_metric: validation/accuracy\n")
+    task = ["hparams_search=digits_mlp"]
+    OmegaConf.save({"hydra": {"overrides": {"task": task}}}, tmp_path / "multirun.yaml")  # the same command before
+    config = OmegaConf.create({"optimized_metric": "validation/loss", "hydra": {
+        "sweep": {"dir": str(tmp_path)}, "overrides": {"task": task + ["optimized_metric=validation/loss"]},
+        "sweeper": {"_target_": sweeper}}})
+    if refused:
+        with pytest.raises(SystemExit) as stopped:
+            _refuse_another_objective(config)
+        assert stopped.value.code == 2 and "holds jobs that optimised validation/accuracy" in capsys.readouterr().err
+    else:
+        _refuse_another_objective(config)
+
+
 def test_report_refuses_jobs_of_different_objectives(tmp_path, capsys):
     for job, metric in (("a/0", "test/accuracy"), ("b/0", "test/loss")):
         (tmp_path / job / ".hydra").mkdir(parents=True)

@@ -128,9 +128,10 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         if restored is not None and start_step > total_steps and not stopped_early:
             where, instead = ((f"hydra.run.dir={out_dir}", f"choose a new {new_run_dir()}") if own else
                               (f"trainer.resume={cfg.trainer.resume}", "resume from an earlier run"))
-            raise UserError(f"{where} holds a run at step {start_step}, past the {total_steps} steps trainer.epochs "
-                            f"and trainer.max_steps now give; restore them or {instead}.")
-        _check_scheduled_length(cfg, meta, total_steps, ckpts)
+            raise (RunRefused if own else UserError)(
+                f"{where} holds a run at step {start_step}, past the {total_steps} steps trainer.epochs "
+                f"and trainer.max_steps now give; restore them or {instead}.")
+        _check_scheduled_length(cfg, meta, total_steps, ckpts, own)
         ended = start_step == total_steps or stopped_early
         recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
             else None
@@ -180,16 +181,17 @@ def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended
                     "; ".join(changed))
 
 
-def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts) -> None:
+def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts, own: bool) -> None:
     """A learning-rate schedule spans the run's length: continued under another length, the rest of the run would
     follow another curve than its first steps did. (Checkpoints saved before their length was recorded pass.)"""
     scheduled = (meta or {}).get("total_steps")
     if scheduled is None or scheduled == total_steps:
         return
     if cfg.schedule is not None or meta["config"].get("schedule") is not None:
-        raise UserError(f"the checkpoints in {ckpts.directory} follow a learning-rate schedule over {scheduled} "
-                        f"steps, and trainer.epochs, trainer.max_steps and trainer.batch_size now give {total_steps}; "
-                        f"restore them or start in a new {new_run_dir()}.")
+        raise (RunRefused if own else UserError)(
+            f"the checkpoints in {ckpts.directory} follow a learning-rate schedule over {scheduled} steps, and "
+            f"trainer.epochs, trainer.max_steps and trainer.batch_size now give {total_steps}; restore them or start "
+            f"in a new {new_run_dir()}.")
 
 
 def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_step: int = 0):

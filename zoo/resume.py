@@ -95,11 +95,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
             source.close()
             _refuse_empty_resume(resume, own=ckpts is not None and os.path.samefile(resume, ckpts.directory))
     try:
-        return _restore_from(source, cfg, target)
-    except UserError as e:
-        if source is ckpts and not isinstance(e, RunRefused):  # its own run refused: left as it was
-            raise RunRefused(str(e)) from None
-        raise
+        return _restore_from(source, cfg, target, own=source is ckpts)
     finally:
         if source is not ckpts:  # another run's checkpoints, opened only to read
             source.close()
@@ -117,7 +113,9 @@ def _refuse_empty_resume(resume: str, own: bool) -> None:
                     "auto or never.")
 
 
-def _restore_from(source: Checkpoints, cfg: DictConfig, target):
+def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
+    """`own`: the run's own checkpoints (a refusal for other settings then leaves its run as it was), not
+    trainer.resume's."""
     newest_first = list(reversed(source.steps()))
     saved_config = source.first_readable_meta(newest_first, hint="start in a new hydra.run.dir.")["config"]
     current, saved = OmegaConf.to_container(cfg, resolve=True), _with_defaults(saved_config)
@@ -127,8 +125,9 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target):
         raise UserError(f"the config saved in {source.directory} is refused: {e}") from None
     changed = changed_settings(saved, current, STATE_DEFINING + resume_defining(saved_config, current))
     if changed:
-        raise UserError(f"the checkpoint in {source.directory} was trained with other settings: "
-                        f"{'; '.join(changed)}; restore those settings or start in a new {new_run_dir()}.")
+        raise (RunRefused if own else UserError)(
+            f"the checkpoint in {source.directory} was trained with other settings: {'; '.join(changed)}; restore "
+            f"those settings or start in a new {new_run_dir()}.")
     try:
         step, tree, meta = restore_latest_good(source, target)
     except StateMismatch:

@@ -106,9 +106,10 @@ def sweep_plan(root: str) -> tuple:
         searched = parser.parse_overrides([f"{k}={v}" for k, v in params.items()])
     except Exception:  # noqa: BLE001 — none (a folder of runs gathered by hand), or unreadable
         return set(), set(), None
-    # the sweeper's params first: a key the command line sweeps too is swept as the command line says
-    sweeps = {o.get_key_element().lstrip("+~"): o for o in searched + overrides if o.is_sweep_override()}
-    swept = set(sweeps) | {o.get_key_element().lstrip("+~") for o in searched}
+    # the sweeper's params first: the command line's value of the same key (swept or not) replaces its sweep
+    sweeps = {o.get_key_element().lstrip("+~"): o for o in searched + overrides}
+    sweeps = {key: o for key, o in sweeps.items() if o.is_sweep_override()}
+    swept = set(sweeps)
     linear = {key for key, o in sweeps.items() if isinstance(o.value(), IntervalSweep) and "log" not in o.value().tags}
     planned = None
     if sweeps and "BasicSweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="")):  # a grid

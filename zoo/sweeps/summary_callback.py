@@ -65,8 +65,10 @@ def _refuse_another_objective(config: DictConfig) -> None:
     if not jobs:
         return
     task = list(config.hydra.overrides.task)
-    if _same_sweep(task, os.path.join(str(config.hydra.sweep.dir), "multirun.yaml")):
-        return  # the sweep run again, only ranked by another objective: its finished jobs report under it
+    reruns_its_jobs = "BasicSweeper" in str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
+    if reruns_its_jobs and _same_sweep(task, os.path.join(str(config.hydra.sweep.dir), "multirun.yaml")):
+        return  # the grid run again, only ranked by another objective: its finished jobs report under it (a study
+        # would add trials to one that optimised the other)
     overrides = OverridesParser.create().parse_overrides(task)
     if any(o.is_sweep_override() and o.get_key_element().lstrip("+~") in OBJECTIVE_KEYS for o in overrides):
         return  # each job's objective is its own value of the swept key, not the config's
