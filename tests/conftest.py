@@ -26,6 +26,15 @@ CONF = ROOT / "conf"
 register_configs()
 
 
+@pytest.fixture(autouse=True)
+def no_stop_signal_from_an_earlier_test():
+    """A stop signal a test's in-process run handled is process-wide state (zoo.preemption.received(), which a
+    real multirun forgets at its start): each test starts without one."""
+    from zoo import preemption
+
+    preemption.forget()
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tensorflow_datasets"))
