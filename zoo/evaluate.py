@@ -8,12 +8,12 @@ from zoo.checkpoint import Checkpoints, restore_latest_good
 from zoo.cli import require_dir, unwritable_reason
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
-from zoo.files import write_json
+from zoo.files import load_json, write_json
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
 from zoo.parallel.distributed import is_primary
 from zoo.resume import checkpoint_settings
-from zoo.sweeps.jobs import find_job_dirs, load_json
+from zoo.sweeps.jobs import find_job_dirs
 from zoo.targets import check_targets
 
 log = logging.getLogger("zoo")

@@ -24,5 +24,14 @@ def write_text(path: str, text: str) -> None:
         f.write(text)
 
 
+def load_json(path: str):
+    """The JSON record at `path`, or None when it is missing or unreadable (e.g. cut short)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def write_json(path: str, record) -> None:
     write_text(path, json.dumps(record, indent=2))

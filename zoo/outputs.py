@@ -109,17 +109,17 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     results_path = os.path.join(out_dir, "results.json")
     if ckpts is None and os.path.exists(results_path):
         raise RunRefused(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
-                        f"choose a new {new_run_dir()}.")
+                         f"choose a new {new_run_dir()}.")
     if ckpts is None and _has_entries(os.path.join(out_dir, "checkpoints")):  # a stopped run: its log too
         raise RunRefused(f"hydra.run.dir={out_dir} holds the checkpoints of an unfinished run, which "
-                        "checkpoint.enabled=false would start over; set checkpoint.enabled=true to resume it or "
-                        f"choose a new {new_run_dir()}.")
+                         "checkpoint.enabled=false would start over; set checkpoint.enabled=true to resume it or "
+                         f"choose a new {new_run_dir()}.")
     target = {"state": host_state, "sums": zero_sums}
     early = early_stopping_for(cfg, settings)
     try:
         if ckpts is not None and not ckpts.steps() and os.path.exists(results_path):
             raise RunRefused(f"hydra.run.dir={out_dir} already holds a finished run (results.json) but no checkpoint "
-                            f"to continue from; choose a new {new_run_dir()}.")
+                             f"to continue from; choose a new {new_run_dir()}.")
         own = bool(ckpts and ckpts.steps())  # its own checkpoints, not trainer.resume's
         start_step, restored, meta = find_start(cfg, ckpts, target)
         if early is not None and meta:
@@ -171,11 +171,11 @@ def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended
     changed = result_changes(meta["config"], cfg)
     if changed and own and ended:
         raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
-                        f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
+                         f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
     if changed and own and in_multirun():
         raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} holds this sweep job's run, stopped at step {step} and "
-                        f"trained with other settings: {'; '.join(changed)}; rerun the sweep's own command to go on "
-                        "with it, or choose a new hydra.sweep.dir.")
+                         f"trained with other settings: {'; '.join(changed)}; rerun the sweep's own command to go on "
+                         "with it, or choose a new hydra.sweep.dir.")
     if changed:
         log.warning("the steps before %d were trained with other settings than this command's: %s", step,
                     "; ".join(changed))
@@ -258,7 +258,7 @@ def _recorded_results(cfg: DictConfig, task, results_path: str, meta: dict, step
     changed = result_changes(meta["config"], cfg)
     if changed:
         raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
-                        f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
+                         f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
     return RecordedResults(results, objective=objective_of(cfg, results, task))
 
 

@@ -78,7 +78,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     own_steps = ckpts.steps() if ckpts else []
     if resume == "never" and own_steps:
         raise RunRefused(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
-                        f"trainer.resume=never; choose a new {new_run_dir()} or set trainer.resume=auto.")
+                         f"trainer.resume=never; choose a new {new_run_dir()} or set trainer.resume=auto.")
     if own_steps:
         source = ckpts
     elif resume in ("auto", "never"):

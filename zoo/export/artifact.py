@@ -18,6 +18,7 @@ from zoo.errors import UserError
 from zoo.ema import with_averaged_params
 from zoo.evaluate import restore_run
 from zoo.export.inference import INPUT_DTYPE, export_function, inference_function, output_names
+from zoo.files import load_json
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel.distributed import is_primary
 from zoo.train import build_model
@@ -85,7 +86,6 @@ def _privacy_at(run_dir: str, step: int) -> dict:
     """A DP run's guarantee for the exported step: its results.json's record (the noise it solved, the sampling
     rate, the accountant), with epsilon computed for that step; a run without results.json says where it is."""
     from zoo.privacy import accountant
-    from zoo.sweeps.jobs import load_json
 
     record = (load_json(os.path.join(run_dir, "results.json")) or {}).get("privacy")
     if record is None:

@@ -5,6 +5,7 @@ import os
 
 from omegaconf import OmegaConf
 
+from zoo.files import load_json
 from zoo.preemption import Preempted
 from zoo.sweeps.plots import natural
 
@@ -18,14 +19,6 @@ def find_job_dirs(root: str) -> list:
             jobs.append(dirpath)
             dirnames.clear()  # a run's own subfolders (tensorboard, checkpoints) hold no jobs
     return sorted(jobs, key=natural)
-
-
-def load_json(path: str):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):  # missing, or a failed job's
-        return None
 
 
 def read_job(job_dir: str, root: str) -> dict:

@@ -82,7 +82,9 @@ def collect(root: str, known: dict = None) -> dict:
     rows.sort(key=lambda r: (STATUS_ORDER[r["status"]], not r["pareto"], sign * pareto.first(r["objective"])
                              if finite(r["objective"]) else 0.0, plots.natural(r["job"])))
     keys = dict.fromkeys(k for r in rows for k in r["params"])
-    swept, linear, planned = known["plan"] if "plan" in known else known.setdefault("plan", sweep_plan(root))
+    if "plan" not in known:
+        known["plan"] = sweep_plan(root)
+    swept, linear, planned = known["plan"]
     return {"root": os.path.abspath(root), "objective": name, "direction": direction, "rows": rows,
             "best": rows[0] if rows and rows[0]["status"] == "completed" and not multi else None,
             "pareto": [r for r in rows if r["pareto"]],
