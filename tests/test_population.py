@@ -314,6 +314,22 @@ def test_integer_optimizer_settings_stay_constants_and_split_groups(make_cfg):
         assert outcome["test"] == pytest.approx(train(solo)["test"], rel=1e-5)
 
 
+def test_an_optional_integer_optimizer_setting_splits_groups_instead_of_being_traced(make_cfg):
+    # schedule_free_adamw(warmup_steps: Optional[int] = None): an int annotation, no int default
+    free = ["optimizer._target_=optax.contrib.schedule_free_adamw"]
+    cfgs = [make_cfg(*SMALL, *free, f"+optimizer.warmup_steps={steps}", f"seed={seed}", out=f"free-{i}")
+            for i, (steps, seed) in enumerate([(2, 0), (2, 1), (3, 0)])]
+    assert group_indices(cfgs, max_size=64) == [[0, 1], [2]]
+    assert "warmup_steps" not in member_hyperparameters(cfgs)[0]["optimizer"]
+
+
+def test_an_optimizer_state_holding_a_random_key_trains_job_by_job(make_cfg):
+    noisy = make_cfg(*SMALL, "optimizer=sgd", "optimizer._target_=optax.noisy_sgd", "~optimizer.nesterov",
+                     "~optimizer.momentum", out="noisy")
+    assert "optax.noisy_sgd's state holds a random key" in population_train.trains_alone(noisy)
+    assert population_train.trains_alone(make_cfg(*SMALL, out="adamw")) is None
+
+
 @pytest.mark.parametrize("overrides, setting", [
     (["parallel.mode=pmap", "parallel.cpu_devices=2"], "parallel=sharded"),
     (["parallel.mode=sharded", "parallel.fsdp=true", "parallel.cpu_devices=2"], "set parallel.fsdp=false"),

@@ -5,6 +5,7 @@ With `trainer.accumulate=N` a step is one micro-batch of `trainer.batch_size`: o
 micro-batch gradients and applies one update every N steps, so the schedule counts updates (total_steps / N).
 """
 import inspect
+import re
 
 import jax
 import optax
@@ -80,14 +81,22 @@ def learning_rate_at(cfg, total_steps: int):
 
 
 def _integer_parameters(optimizer_cfg) -> set:
-    """The optimizer factory's parameters with an int default (a factored dimension, a step count): they may
-    decide shapes or Python branches, so they cannot be traced values."""
+    """The optimizer factory's integer parameters (a factored dimension, a step count, a seed): an int default
+    or an int annotation (`warmup_steps: Optional[int] = None`). They may decide shapes or Python branches, so
+    they cannot be traced values."""
     try:
         factory = safe_instantiate(optimizer_cfg, "optimizer", _partial_=True).func
         parameters = inspect.signature(factory).parameters
     except (UserError, TypeError, ValueError):  # a bad target fails its own run later, with its own message
         return set()
-    return {name for name, p in parameters.items() if type(p.default) is int}
+    return {name for name, p in parameters.items() if type(p.default) is int or _annotated_int(p.annotation)}
+
+
+def _annotated_int(annotation) -> bool:
+    """`int`, `Optional[int]`, `int | None` (as objects or, under postponed evaluation, as strings)."""
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    names = set(re.findall(r"[A-Za-z_][\w.]*", text.replace("typing.", ""))) - {"Optional", "Union", "None", "NoneType"}
+    return names == {"int"} or annotation is int
 
 
 def hyperparameters(cfg) -> dict:
