@@ -1,5 +1,6 @@
 """curves.png of a sweep's jobs: drawn by a child process, the same figure as drawn in the run's own process."""
 import logging
+import os
 import time
 
 import matplotlib.image
@@ -161,3 +162,16 @@ def test_the_child_ends_quietly_when_its_parent_is_gone(tmp_path):
     proc.stdin.close()
     assert proc.wait(timeout=60) == 0
     assert proc.stderr.read() == ""
+
+
+def test_a_plot_that_cannot_be_drawn_costs_the_run_neither_its_final_checkpoint_nor_its_results(make_cfg, caplog):
+    from zoo.train import train
+
+    cfg = make_cfg("debug=smoke", "logger.plot=true")
+    run_dir = cfg.paths.output_dir
+    os.makedirs(os.path.join(run_dir, "curves.png"))  # a directory where the figure goes
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        results = train(cfg)
+    assert sorted(os.listdir(os.path.join(run_dir, "checkpoints")))[-1] == str(results["steps"]) == "6"
+    assert os.path.exists(os.path.join(run_dir, "results.json"))
+    assert f"could not draw {os.path.join(run_dir, 'curves.png')}" in caplog.text

@@ -186,11 +186,9 @@ class RunLogger:
                 handle.close()
         if not (self._plot and self.history):
             return
-        path = os.path.join(self.out_dir, "curves.png")
-        if self.plot_in_background:
-            _background(_plot_or_warn, list(self.history), main_metric, path)
-        else:  # a single run returns with its curves drawn
-            _background(_draw, "draw", plot_curves, list(self.history), main_metric, path).result()
+        drawn = _background(_plot_or_warn, list(self.history), main_metric, os.path.join(self.out_dir, "curves.png"))
+        if not self.plot_in_background:  # a single run returns with its curves drawn
+            drawn.result()
 
 
 def _background(fn, *args) -> Future:
@@ -220,7 +218,7 @@ def draw_summary_plot(summary: dict, path: str) -> None:
 def _plot_or_warn(history: list, main_metric: str, path: str) -> None:
     try:
         _draw("draw", plot_curves, history, main_metric, path)
-    except Exception as e:  # noqa: BLE001 — the job it belongs to has finished; a missing plot must not end others
+    except Exception as e:  # noqa: BLE001 — a missing plot must not cost its run the final checkpoint and results
         log.warning("could not draw %s: %s", path, e)
 
 
