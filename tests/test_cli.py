@@ -305,3 +305,20 @@ def test_kill_9_during_a_save_leaves_only_complete_checkpoints(data_dir, make_cf
     assert json.loads((tmp_path / "run" / "results.json").read_text())["start_step"] == 6
     assert not list(checkpoints.glob("*.orbax-checkpoint-tmp*"))  # the resumed run cleared the leftover
     assert_final_checkpoint_equals_in_process_run(tmp_path / "run", make_cfg, args[:-1])
+
+
+@pytest.mark.parametrize("saved, says", [(True, "every job it stopped saved its checkpoint — rerun"),
+                                         (False, "checkpoint.enabled=false, so nothing was saved — rerunning")])
+def test_a_stopped_sweeps_last_line_says_whether_its_jobs_were_saved(saved, says, capsys, monkeypatch):
+    import signal
+    import types
+
+    from zoo import preemption
+    from zoo.sweeps.stop_on_signal import end_sweep_if_stopped
+
+    monkeypatch.setattr(preemption, "_received", signal.SIGTERM)
+    stopped = preemption.Preempted(40, signal.SIGTERM, "/runs/s/0", "/runs/s", saved=saved)
+    with pytest.raises(SystemExit) as e:
+        end_sweep_if_stopped(types.SimpleNamespace(_return_value=stopped))
+    assert e.value.code == 143
+    assert capsys.readouterr().err.startswith(f"error: stopped by SIGTERM at step 40; {says}")

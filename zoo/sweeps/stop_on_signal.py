@@ -33,9 +33,15 @@ def end_sweep_if_stopped(job_return=None) -> None:
     if signum is None:
         return
     stopped = getattr(job_return, "_return_value", None)
-    at = f" at step {stopped.step}" if isinstance(stopped, preemption.Preempted) else ""
-    print(f"error: stopped by {signal.Signals(signum).name}{at}; every job it stopped saved its checkpoint — "
-          "rerun the same multirun command (same hydra.sweep.dir) to resume the sweep.", file=sys.stderr)
+    known = isinstance(stopped, preemption.Preempted)
+    at = f" at step {stopped.step}" if known else ""
+    if known and not stopped.saved:
+        outcome = ("checkpoint.enabled=false, so nothing was saved — rerunning the same multirun command (same "
+                   "hydra.sweep.dir) starts the jobs it stopped over.")
+    else:
+        outcome = ("every job it stopped saved its checkpoint — rerun the same multirun command (same "
+                   "hydra.sweep.dir) to resume the sweep.")
+    print(f"error: stopped by {signal.Signals(signum).name}{at}; {outcome}", file=sys.stderr)
     sys.exit(128 + signum)
 
 
