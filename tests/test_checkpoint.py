@@ -367,3 +367,26 @@ def test_a_finished_run_asked_again_with_privacy_is_refused(make_cfg):
     train(make_cfg("debug=smoke"))
     with pytest.raises(UserError, match=r"privacy\.mode \('none' -> 'dpsgd'\)"):
         train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=1.0"))
+
+
+def test_orbax_logs_of_a_file_system_failure_are_left_to_the_one_sentence_the_run_prints(tmp_path):
+    import errno
+    import logging
+    import sys
+
+    Checkpoints(str(tmp_path / "ckpts"))  # installs the filter on the absl logger
+
+    def record(error, pathname="/site-packages/orbax/checkpoint/_src/futures/future.py", level=logging.ERROR):
+        try:
+            raise error
+        except Exception:
+            exc_info = sys.exc_info()
+        return logging.LogRecord("absl", level, pathname, 1, "_SignalingThread.run() raised an exception", (),
+                                 exc_info)
+
+    absl = logging.getLogger("absl")
+    assert not absl.filter(record(OSError(errno.ENOSPC, "No space left on device")))
+    assert not absl.filter(record(ValueError("RESOURCE_EXHAUSTED: Failed to write [os_error_code='28']")))
+    assert absl.filter(record(ValueError("tree structures do not match")))  # not the file system's: kept
+    assert absl.filter(record(OSError(errno.ENOSPC, "No space left on device"), pathname="/zoo/train.py"))
+    assert absl.filter(record(OSError(errno.ENOSPC, "No space"), level=logging.WARNING))

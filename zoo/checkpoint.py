@@ -47,12 +47,18 @@ def _io_reason(err: BaseException):
     return None
 
 
-def _quiet_missing_metrics_warning() -> None:
-    """Steps saved between evals carry no metrics by design; orbax warns about each of them."""
+def _quiet_orbax_logs() -> None:
+    """Steps saved between evals carry no metrics by design; orbax warns about each of them. A write that fails
+    for the file system (a full disk) orbax logs with a traceback from each thread it ran on; Checkpoints
+    reports it as one sentence that says which checkpoint stays the latest."""
     absl = logging.getLogger("absl")
     if not any(getattr(f, "zoo_filter", False) for f in absl.filters):
         def keep(record):
-            return "did not provide metrics" not in record.getMessage()
+            if "did not provide metrics" in record.getMessage():
+                return False
+            reported = record.levelno >= logging.ERROR and "orbax" in record.pathname and (
+                _io_reason(record.exc_info[1] if record.exc_info else None) or "os_error_code" in record.getMessage())
+            return not reported
 
         keep.zoo_filter = True
         absl.addFilter(keep)
@@ -80,7 +86,7 @@ class Checkpoints:
         self.metric, self.mode = metric, mode
         self._pending, self._failed = None, False  # step written in the background; a write already failed
         _quiet_closed_loop_callbacks()
-        _quiet_missing_metrics_warning()
+        _quiet_orbax_logs()
         try:
             self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
         except OSError as e:  # a file in the way, read-only file system
