@@ -107,3 +107,20 @@ def test_chunked_calls_with_the_default_optimizer_equal_single_device(make_cfg, 
     np.testing.assert_allclose(losses, reference_losses, rtol=ADAMW_RTOL[model])
     np.testing.assert_allclose(result["test"]["loss"], reference["test"]["loss"], rtol=ADAMW_RTOL[model])
     assert abs(result["test"]["accuracy"] - reference["test"]["accuracy"]) <= 1 / 359  # a near-tie may flip
+
+
+def test_a_job_asking_for_fewer_cpu_devices_keeps_what_the_population_launcher_set(data_dir):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, subprocess_env
+
+    # hydra/launcher=population sets the most its jobs ask for (4); a job asking for 2 may be the first to run
+    script = ("import jax; from omegaconf import OmegaConf; "
+              "from zoo.parallel import cpu_devices_for_populations, select_devices; "
+              "cpu_devices_for_populations(4); "
+              "chosen = select_devices(OmegaConf.create({'cpu_devices': 2})); "
+              "print(len(chosen), len(jax.local_devices()))")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=subprocess_env(data_dir), capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out[-2:] == ["2", "4"]  # the job trains on its 2; a later job asking for 4 finds them

@@ -49,9 +49,10 @@ def select_devices(cfg, distributed=None) -> list:
     global _cpu_devices_set
     n = cfg.cpu_devices
     if n is not None:
+        count = max(n, _cpu_devices_set or 0)  # not fewer than the population launcher set: this job may run first
         try:
-            jax.config.update("jax_num_cpu_devices", n)
-            _cpu_devices_set = n
+            jax.config.update("jax_num_cpu_devices", count)
+            _cpu_devices_set = count
         except RuntimeError:
             pass  # JAX already started in this process; the devices it has decide below
     if distributed is not None:
