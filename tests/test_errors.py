@@ -477,6 +477,16 @@ def test_eval_without_missing_or_empty_run_dir(make_cfg, tmp_path):
         evaluate(eval_cfg(make_cfg, tmp_path / "empty", "parallel.cpu_devices=0"))
 
 
+def test_eval_of_a_run_finished_without_checkpoints_says_to_train_it_in_a_new_directory(make_cfg, tmp_path):
+    from zoo.train import train
+
+    train(make_cfg("debug=smoke", "checkpoint.enabled=false", out="unsaved"))
+    with pytest.raises(UserError, match=r"unsaved finished without checkpoints \(checkpoint\.enabled=false\), so there "
+                                        r"is no state to evaluate; .* Train it again in a new hydra\.run\.dir with "
+                                        r"checkpoint\.enabled=true"):
+        evaluate(eval_cfg(make_cfg, tmp_path / "unsaved"))
+
+
 def test_eval_on_corrupt_checkpoints(make_cfg, trained, caplog):
     for blob in (trained / "checkpoints").rglob("*"):
         if blob.is_file() and blob.parent.name == "d":  # the array data of every step

@@ -36,7 +36,7 @@ def _open_checkpoints(run_dir: str) -> Checkpoints:
     if ckpts is None or not ckpts.steps():
         if ckpts is not None:
             ckpts.close()
-        raise UserError(_not_a_run(run_dir) or _failed_before_a_checkpoint(run_dir) or
+        raise UserError(_not_a_run(run_dir) or _failed_before_a_checkpoint(run_dir) or _finished_unsaved(run_dir) or
                         f"run_dir={run_dir} has no complete checkpoint in checkpoints/; train it (with "
                         "checkpoint.enabled=true) or pass another run_dir.")
     return ckpts
@@ -49,6 +49,16 @@ def _failed_before_a_checkpoint(run_dir: str):
         return None
     return (f"run_dir={run_dir} failed before its first checkpoint ({failure.get('error', 'Error')}: "
             f"{str(failure.get('reason', '')).rstrip('.')}); nothing there can be evaluated.")
+
+
+def _finished_unsaved(run_dir: str):
+    """A run that finished with checkpoint.enabled=false: its results.json stands, and its directory refuses to be
+    trained again (nothing to resume from), so the advice is a new run directory."""
+    if not os.path.isfile(os.path.join(run_dir, "results.json")):
+        return None
+    return (f"run_dir={run_dir} finished without checkpoints (checkpoint.enabled=false), so there is no state to "
+            "evaluate; its results.json holds its final metrics. Train it again in a new hydra.run.dir with "
+            "checkpoint.enabled=true, or pass another run_dir.")
 
 
 def _not_a_run(run_dir: str):
