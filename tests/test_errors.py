@@ -158,6 +158,12 @@ BAD_VALUES = [
     ("trainer.accumulate=0", r"trainer\.accumulate must be a positive number of micro-batches per update, got 0\."),
     ("trainer.accumulate=4", r"trainer\.accumulate=4 does not divide the run's 6 steps, so its last micro-batches "
                              r"would never be applied; set trainer\.max_steps to 4 or 8\."),
+    ("trainer.accumulate=100", r"trainer\.accumulate=100 does not divide the run's 6 steps, so its last "
+                               r"micro-batches would never be applied; lower trainer\.accumulate to a divisor of 6, "
+                               r"or set trainer\.max_steps to 100 with trainer\.epochs raised to 2\."),
+    ("trainer.accumulate=7 trainer.max_steps=100",  # an 89-step epoch: 91 steps need a second one
+     r"trainer\.accumulate=7 does not divide the run's 89 steps, so its last micro-batches would never be applied; "
+     r"set trainer\.max_steps to 84, or to 91 with trainer\.epochs raised to 2\."),
     ("trainer.ema_decay=1.0", r"trainer\.ema_decay must be in \[0, 1\) or null, got 1\.0\."),
     ("trainer.ema_decay=-0.5", r"trainer\.ema_decay must be in \[0, 1\) or null, got -0\.5\."),
     ("trainer.early_stopping.patience=0",
@@ -178,6 +184,22 @@ def test_bad_values_are_one_sentence_naming_the_setting(make_cfg, tmp_path, over
         train(make_cfg("debug=smoke", *overrides.split()))
     assert "\n" not in str(err.value)
     assert not (tmp_path / "run").exists()  # refused before the run wrote anything
+
+
+FOLLOWED_ADVICE = [  # (refused overrides, what the message advises), each trained in a debug=smoke run
+    ("trainer.accumulate=100", "trainer.max_steps=100 trainer.epochs=2"),
+    ("trainer.accumulate=7 trainer.max_steps=100", "trainer.max_steps=84"),
+    ("trainer.accumulate=7 trainer.max_steps=100", "trainer.max_steps=91 trainer.epochs=2"),
+]
+
+
+@pytest.mark.parametrize("overrides,advice", FOLLOWED_ADVICE, ids=[f"{o} -> {a}" for o, a in FOLLOWED_ADVICE])
+def test_following_the_advice_trains(make_cfg, overrides, advice):
+    """The messages of BAD_VALUES for these overrides say what to set; set so, the run trains."""
+    with pytest.raises(UserError):
+        train(make_cfg("debug=smoke", *overrides.split()))
+    steps = dict(a.split("=") for a in advice.split()).get("trainer.max_steps", "6")
+    assert train(make_cfg("debug=smoke", *overrides.split(), *advice.split()))["steps"] == int(steps)
 
 
 # --- Data ------------------------------------------------------------------------------------------------------

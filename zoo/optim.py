@@ -16,7 +16,7 @@ from zoo.errors import UserError
 from zoo.targets import safe_instantiate
 
 
-def check_run_length(cfg, total_steps: int) -> None:
+def check_run_length(cfg, total_steps: int, steps_per_epoch: int) -> None:
     """Accumulation must end on an update: trailing micro-batches would be averaged and never applied. Early
     stopping needs periodic evals, or it could neither stop the run nor choose a best checkpoint (a patience of
     more evals than the run has is fine: it reports the best checkpoint without stopping)."""
@@ -26,10 +26,21 @@ def check_run_length(cfg, total_steps: int) -> None:
                         f"than the run's {total_steps} steps; lower trainer.eval_every.")
     n = cfg.trainer.accumulate
     if total_steps % n:
-        lower = total_steps - total_steps % n
-        sizes = f"{lower} or {lower + n}" if lower else f"{n}"
         raise UserError(f"trainer.accumulate={n} does not divide the run's {total_steps} steps, so its last "
-                        f"micro-batches would never be applied; set trainer.max_steps to {sizes}.")
+                        f"micro-batches would never be applied; {_run_lengths(cfg, total_steps, steps_per_epoch)}.")
+
+
+def _run_lengths(cfg, total_steps: int, steps_per_epoch: int) -> str:
+    """Advice that works when followed: trainer.max_steps never lengthens a run past trainer.epochs, so a longer
+    run names the epochs it needs too; a run shorter than one update may instead lower trainer.accumulate."""
+    n = cfg.trainer.accumulate
+    lower = total_steps - total_steps % n
+    upper, needed = lower + n, -(-(lower + n) // steps_per_epoch)  # the epochs that hold `upper` steps
+    longer = f"{upper}" if needed <= cfg.trainer.epochs else f"{upper} with trainer.epochs raised to {needed}"
+    if not lower:
+        return f"lower trainer.accumulate to a divisor of {total_steps}, or set trainer.max_steps to {longer}"
+    return f"set trainer.max_steps to {lower} or {longer}" if needed <= cfg.trainer.epochs else \
+        f"set trainer.max_steps to {lower}, or to {longer}"
 
 
 def learning_rate(cfg, total_steps: int, peak=None):

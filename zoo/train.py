@@ -116,7 +116,7 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     task = TASKS[data.task]
     stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed, cfg.dataset.validation_fraction)
     total_steps = total_steps_for(cfg.trainer, stream.steps_per_epoch, warn=for_training)
-    check_run_length(cfg, total_steps)
+    check_run_length(cfg, total_steps, stream.steps_per_epoch)
     # a finished run's checkpoint is read, not trained on: its training plan would only be logged again, misleading
     privacy = plan_privacy(cfg, data.splits["train"], total_steps, mode.num_devices) if for_training else None
     if privacy:  # Poisson-sampled batches; the budget may end the run early

@@ -134,7 +134,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     streams = [TrainStream(train_split, cfg.trainer.batch_size, c.seed, cfg.dataset.validation_fraction)
                for c in cfgs]
     total_steps = total_steps_for(cfg.trainer, streams[0].steps_per_epoch)
-    check_run_length(cfg, total_steps)
+    check_run_length(cfg, total_steps, streams[0].steps_per_epoch)
     models = _member_models(cfg, data, [c.seed for c in cfgs])
     initial = [create_state(model, build_optimizer(c, total_steps), c.seed) for model, c in zip(models, cfgs)]
     graphdef = initial[0][0]
