@@ -112,6 +112,11 @@ BAD_VALUES = [
                                                         r"positive and dataset\.noise >= 0, got 1000, 0, 0\.1\."),
     ("optimized_metric=test/r2", r"optimized_metric=test/r2 is not a result of a classification run; use one "
                                  r"of \['test/loss', 'test/accuracy'"),
+    ("optimized_metric=validation/accuracy", r"optimized_metric=validation/accuracy needs a validation split, which "
+                                             r"dataset\.validation_fraction=0\.0 does not carve; set "
+                                             r"dataset\.validation_fraction > 0 \(e\.g\. 0\.1\) or use one of "
+                                             r"\['test/loss', 'test/accuracy', 'test/count', 'train/loss', "
+                                             r"'train/accuracy', 'train/count'\]\."),
     ("checkpoint.metric=f1", r"checkpoint\.metric=f1 is not a classification metric; use one of \['loss', 'accuracy', "
                              r"'count'\] or null\."),
     ("schedule=warmup_cosine", r"schedule\.warmup_steps=50 must be smaller than the run's 6 steps"),
@@ -190,6 +195,7 @@ FOLLOWED_ADVICE = [  # (refused overrides, what the message advises), each train
     ("trainer.accumulate=100", "trainer.max_steps=100 trainer.epochs=2"),
     ("trainer.accumulate=7 trainer.max_steps=100", "trainer.max_steps=84"),
     ("trainer.accumulate=7 trainer.max_steps=100", "trainer.max_steps=91 trainer.epochs=2"),
+    ("optimized_metric=validation/accuracy", "dataset.validation_fraction=0.1"),
 ]
 
 

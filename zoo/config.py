@@ -393,6 +393,10 @@ def validate_metrics(cfg: DictConfig) -> None:
         split, _, metric = str(name).partition("/")
         splits = ("test", "train", "validation") if has_validation else ("test", "train")
         choices = [f"{s}/{m}" for s in splits for m in METRICS[task]]
+        _require(split != "validation" or has_validation or metric not in METRICS[task],
+                 f"optimized_metric={name} needs a validation split, which dataset.validation_fraction="
+                 f"{cfg.dataset.validation_fraction} does not carve; set dataset.validation_fraction > 0 (e.g. 0.1) "
+                 f"or use one of {choices}.")
         _require((split in splits and metric in METRICS[task]) or name in RUN_METRICS,
                  f"optimized_metric={name} is not a result of a {task} run; use one of {choices} "
                  f"(or {', '.join(RUN_METRICS)} as a further objective of a multi-objective sweep).")
