@@ -262,10 +262,6 @@ def validate(cfg: DictConfig) -> None:
              f"seed must be an integer in [0, 2**32), got seed={cfg.seed!r}.")
     lr = cfg.optimizer.get("learning_rate")
     _require(is_positive_finite(lr), f"optimizer.learning_rate must be a positive finite number, got {lr!r}.")
-    for key, low, high in (("weight_decay", 0.0, None), ("momentum", 0.0, 1.0)):  # optax accepts any float
-        value = cfg.optimizer.get(key)
-        _require(value is None or (is_number(value) and low <= value and (high is None or value < high)),
-                 f"optimizer.{key} must be {'in [0, 1)' if high else '>= 0'}, got {value!r}.")
     warmup = (cfg.schedule or {}).get("warmup_steps")
     _require(warmup is None or (isinstance(warmup, int) and warmup >= 0),
              f"schedule.warmup_steps must be an integer >= 0, got {warmup!r}.")
@@ -287,6 +283,7 @@ def validate(cfg: DictConfig) -> None:
         check_targets(cfg[group], group)
         if cfg[group] is not None and cfg[group].get("_target_") is not None:
             check_arguments(cfg[group], group, ZOO_SET_ARGUMENTS[group])
+    _validate_optimizer_ranges(cfg.optimizer)
     for key, value in (cfg.schedule or {}).items():
         _require(not key.endswith("_value") or (is_number(value) and 0 <= value < math.inf),
                  f"schedule.{key} must be a finite learning rate >= 0, got {value!r}.")
@@ -327,6 +324,21 @@ def _validate_generator(d: DictConfig) -> None:
     _require(all(d[k] is not None for k in GENERATOR_KEYS) and d.num_examples > 0 and d.num_features > 0
              and d.noise >= 0, "dataset.num_examples and dataset.num_features must be positive and dataset.noise "
              f">= 0, got {d.num_examples}, {d.num_features}, {d.noise}.")
+
+
+# optax accepts any float for these, whatever its optimizer; out of range they diverge or silently train nothing.
+# eps=0 divides a zero gradient (a constant input pixel's weight, say) by zero: the loss turns NaN.
+_UNIT = (lambda v: 0 <= v < 1, "in [0, 1)")
+OPTIMIZER_RANGES = {"weight_decay": (lambda v: v >= 0, ">= 0"), "momentum": _UNIT, "b1": _UNIT, "b2": _UNIT,
+                    "eps": (lambda v: v > 0, "> 0"), "eps_root": (lambda v: v >= 0, ">= 0")}
+
+
+def _validate_optimizer_ranges(o: DictConfig) -> None:
+    """The settings of OPTIMIZER_RANGES that the optimizer config holds. Called after check_arguments, which
+    names a key its target does not take, or a word where it takes a number."""
+    for key, (ok, bounds) in OPTIMIZER_RANGES.items():
+        value = o.get(key)
+        _require(value is None or (is_number(value) and ok(value)), f"optimizer.{key} must be {bounds}, got {value!r}.")
 
 
 def _validate_applicable(d: DictConfig) -> None:
