@@ -8,6 +8,7 @@ import signal
 import jax
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from conftest import SignalAtRead
 
 import zoo.train
@@ -15,6 +16,7 @@ from zoo.checkpoint import Checkpoints, StateMismatch
 from zoo.errors import UserError
 from zoo.evaluate import evaluate
 from zoo.preemption import Preempted
+from zoo.resume import result_changes
 from zoo.data import TrainStream
 from zoo.train import build, train
 
@@ -266,6 +268,18 @@ def test_an_interrupted_run_resumed_under_another_learning_rate_says_so(make_cfg
     assert resumed["start_step"] == 3
     assert "the steps before 3 were trained with other settings than this command's: optimizer.learning_rate " \
            "(0.001 -> 0.0001)" in caplog.text
+
+
+def test_a_setting_the_run_left_out_is_compared_with_its_default(make_cfg, caplog):
+    """The saved config leaves optimizer.b1 out: the run trained with optax.adamw's default, 0.9, not None."""
+    train(make_cfg("debug=smoke"))
+    with caplog.at_level("WARNING", logger="zoo"):
+        train(make_cfg("debug=smoke", "trainer.max_steps=8", "+optimizer.b1=0.5"))
+    assert "other settings than this command's: optimizer.b1 (default 0.9 -> 0.5)" in caplog.text
+    saved = OmegaConf.to_container(make_cfg("debug=smoke"), resolve=True)
+    assert result_changes(saved, make_cfg("debug=smoke", "+optimizer.b1=0.9")) == []  # its default: no change
+    assert result_changes(saved, make_cfg("debug=smoke", "+optimizer.eps=1e-6")) == ["optimizer.eps (default 1e-08 "
+                                                                                      "-> 1e-06)"]
 
 
 def test_ctrl_c_saves_and_stops_and_a_second_one_stops_at_once(make_cfg, tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from zoo.cli import new_run_dir
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
-from zoo.targets import check_targets
+from zoo.targets import check_targets, parameter_defaults
 
 log = logging.getLogger("zoo")
 
@@ -35,9 +35,30 @@ def dotted_settings(tree, prefix=""):
 
 
 def changed_settings(saved: dict, current: dict, prefixes=STATE_DEFINING) -> list:
+    """'name (old -> new)' for each setting under `prefixes` that differs. A setting one side leaves out took its
+    target's default there ('default 0.9'): the same value set on the other side is no change."""
     old, new = dotted_settings(saved), dotted_settings(current)
+    old_defaults, new_defaults = _target_defaults(saved), _target_defaults(current)
     keys = {k for k in old.keys() | new.keys() if any(k == p or k.startswith(p + ".") for p in prefixes)}
-    return sorted(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in keys if old.get(k) != new.get(k))
+    changed = []
+    for k in sorted(keys):
+        before, after = _value(k, old, old_defaults), _value(k, new, new_defaults)
+        if before[0] != after[0]:
+            changed.append(f"{k} ({before[1]} -> {after[1]})")
+    return changed
+
+
+def _target_defaults(config: dict) -> dict:
+    """{'optimizer.b1': 0.9, ...}: the defaults of the `_target_` groups' factories, by dotted name."""
+    return {f"{group}.{name}": default for group in ("model", "optimizer", "schedule")
+            for name, default in parameter_defaults(config.get(group)).items()}
+
+
+def _value(key: str, settings: dict, defaults: dict) -> tuple:
+    """(value, how to show it) of a setting, or of the default its config took by leaving it out."""
+    if key not in settings and key in defaults:
+        return defaults[key], f"default {defaults[key]!r}"
+    return settings.get(key), repr(settings.get(key))
 
 
 def _with_defaults(saved: dict) -> dict:

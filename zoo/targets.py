@@ -99,10 +99,7 @@ def check_arguments(node: DictConfig, where: str, set_by_zoo: dict) -> None:
     that parameter is one: Hydra types only the zoo's own groups, so `batch_norm=flase` would arrive as a truthy
     string. `set_by_zoo` maps the parameters the zoo fills to what decides them. Call after `check_targets`."""
     target = node.get("_target_")
-    obj = _resolve_loaded(target)
-    # An nnx.Module class's own signature is its metaclass's (*args, **kwargs); its __init__ says what it takes.
-    parameters = dict(inspect.signature(obj.__init__ if inspect.isclass(obj) else obj).parameters)
-    parameters.pop("self", None)
+    parameters = _parameters(_resolve_loaded(target))
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     for key, value in node.items():
         if key.startswith("_"):  # Hydra's own: _target_, _partial_, _args_, ...
@@ -124,6 +121,23 @@ def check_arguments(node: DictConfig, where: str, set_by_zoo: dict) -> None:
         if not ok:
             raise UserError(f"{where}.{key} must be {'true or false' if kind == 'bool' else 'a number'}, "
                             f"got {value!r}.")
+
+
+def _parameters(obj) -> dict:
+    # An nnx.Module class's own signature is its metaclass's (*args, **kwargs); its __init__ says what it takes.
+    parameters = dict(inspect.signature(obj.__init__ if inspect.isclass(obj) else obj).parameters)
+    parameters.pop("self", None)
+    return parameters
+
+
+def parameter_defaults(node) -> dict:
+    """{name: default} of the plain (number, bool, string, None) defaults of what `node`'s `_target_` builds: the
+    values a run used for the settings its config leaves out. {} for no target or one that is not allowed."""
+    target = node.get("_target_") if isinstance(node, (dict, DictConfig)) else None
+    if _refusal(target) is not None:
+        return {}
+    return {name: p.default for name, p in _parameters(_resolve_loaded(target)).items()
+            if p.default is None or isinstance(p.default, (bool, int, float, str))}
 
 
 def _kind(parameter: inspect.Parameter) -> str | None:
