@@ -166,6 +166,34 @@ def test_eval_and_export_refuse_a_training_runs_directory_as_their_own(data_dir,
     assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()} == before
 
 
+@pytest.mark.parametrize("obstacle", ["metrics.jsonl", "train.log"])
+def test_a_directory_in_the_way_of_a_runs_file_is_one_sentence(data_dir, tmp_path, obstacle):
+    """metrics.jsonl is opened after the checkpoint manager: its threads must not outlive the exit (an orbax
+    traceback after the sentence); train.log is opened by Hydra before the task."""
+    (tmp_path / "run" / obstacle).mkdir(parents=True)
+    done = run(["debug=smoke", f"hydra.run.dir={tmp_path / 'run'}"], data_dir)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: something is in the way at {tmp_path / 'run' / obstacle} (")
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("config_name", ["eval", "export"])
+def test_eval_and_export_default_to_a_directory_of_their_own(config_name):
+    """Two commands started in the same second must not share a default hydra.run.dir (the second was refused)."""
+    import re
+
+    from hydra import compose, initialize_config_dir
+
+    from conftest import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        first, second = (compose(config_name=config_name, overrides=["run_dir=x"], return_hydra_config=True)
+                         for _ in range(2))
+        dirs = [str(c.hydra.run.dir) for c in (first, second)]
+    assert re.fullmatch(rf"outputs/{config_name}/\d{{4}}-\d\d-\d\d/\d\d-\d\d-\d\d-\d{{6}}", dirs[0]), dirs
+    assert dirs[0] != dirs[1]
+
+
 def test_a_run_directory_in_use_by_another_command_is_refused(tmp_path, capsys):
     """Two commands started in the same second get the same default directory: the second is refused. The lock
     is taken on another open file here, as another process would hold it."""

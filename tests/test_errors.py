@@ -611,8 +611,9 @@ def test_eval_choices_that_are_not_in_the_run(make_cfg, trained):
     with pytest.raises(UserError, match=r"trainer\.batch_size must be a positive integer or null, got 0\."):
         evaluate(eval_cfg(make_cfg, trained, "trainer.batch_size=0"))
     shutil.rmtree(trained / "eval", ignore_errors=True)
-    (trained / "eval").write_text("")  # a file where eval/ must go
-    with pytest.raises(UserError, match=r"run_dir=.* is not writable \(File exists\): eval results go to its eval/"):
+    (trained / "eval").write_text("")  # a file where eval/ must go: the run is writable, that file is in the way
+    with pytest.raises(UserError, match=rf"^a file is in the way at {trained / 'eval'}, where eval results go; move "
+                                        r"it and run the command again\.$"):
         evaluate(eval_cfg(make_cfg, trained))
 
 
@@ -695,6 +696,87 @@ def test_ctrl_c_and_io_errors_outside_the_loop_are_one_line(make_cfg, capsys, mo
             run_task(fn, cfg)
         err = capsys.readouterr().err
         assert exit_.value.code == code and err.startswith(text) and err.count("\n") == 1, err
+
+
+def test_a_file_in_the_way_is_named_and_only_a_full_disk_asks_for_space(make_cfg, capsys, tmp_path):
+    cfg = make_cfg("debug=smoke")
+    (tmp_path / "a_file").write_text("")
+    in_the_way = "; move it, or choose another hydra.run.dir.\n"
+    for error, code, text in [
+            (OSError(errno.EEXIST, "File exists", "/runs/x/tensorboard"), 2,
+             "error: something is in the way at /runs/x/tensorboard (File exists)" + in_the_way),
+            (OSError(errno.EISDIR, "Is a directory", "/runs/x/metrics.jsonl"), 2,
+             "error: something is in the way at /runs/x/metrics.jsonl (Is a directory)" + in_the_way),
+            (OSError(errno.ENOTDIR, "Not a directory", str(tmp_path / "a_file" / "events")), 2,  # the file above it
+             f"error: something is in the way at {tmp_path / 'a_file'} (Not a directory)" + in_the_way),
+            (OSError(errno.EACCES, "Permission denied", "/runs/x/metrics.jsonl"), 1,
+             "error: Permission denied: /runs/x/metrics.jsonl; choose another hydra.run.dir / paths.data_dir.\n")]:
+        def refused(cfg):
+            raise error
+
+        with pytest.raises(SystemExit) as exit_:
+            run_task(refused, cfg)
+        assert exit_.value.code == code and capsys.readouterr().err == text
+
+
+def test_a_run_that_cannot_open_its_log_closes_its_checkpoints(make_cfg, tmp_path, monkeypatch):
+    """An open checkpoint manager's threads outlive the exit's sentence, and print an orbax traceback after it."""
+    closed, close = [], Checkpoints.close
+    monkeypatch.setattr(Checkpoints, "close", lambda self: (closed.append(self.directory), close(self))[-1])
+    (tmp_path / "run" / "metrics.jsonl").mkdir(parents=True)  # a directory where the log file goes
+    with pytest.raises(IsADirectoryError):
+        train(make_cfg("debug=smoke"))
+    assert str(tmp_path / "run" / "checkpoints") in closed
+
+
+def test_hydras_own_files_in_the_way_are_one_sentence(tmp_path, capsys):
+    """Hydra writes <run dir>/.hydra/ and <job>.log before the task: a file or directory there was its traceback."""
+    from omegaconf import OmegaConf
+
+    def config(run_dir):
+        return OmegaConf.create({"hydra": {"run": {"dir": str(run_dir)}, "output_subdir": ".hydra",
+                                           "job": {"name": "train"},
+                                           "job_logging": {"handlers": {"file": {"filename": "train.log"}}}}})
+
+    (tmp_path / "a" / ".hydra").mkdir(parents=True)
+    (tmp_path / "a" / "train.log").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / ".hydra").write_text("")
+    for run_dir, obstacle, why in [(tmp_path / "a", "train.log", "a directory where Hydra writes the command's log"),
+                                   (tmp_path / "b", ".hydra", "a file where Hydra keeps the run's record")]:
+        with pytest.raises(SystemExit) as exit_:
+            RunDirCheck().on_run_start(config(run_dir))
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == (f"error: something is in the way at {run_dir / obstacle} ({why}); move it, "
+                                           "or choose another hydra.run.dir.\n")
+    sweep = config(tmp_path / "sweep")  # a rerun's sweep dir: the job directories it already holds
+    sweep.hydra.sweep = {"dir": str(tmp_path)}
+    with pytest.raises(SystemExit):
+        RunDirCheck().on_multirun_start(sweep)
+    err = capsys.readouterr().err  # job a's or b's, whichever is listed first
+    assert err.startswith(f"error: something is in the way at {tmp_path}/") and err.endswith("hydra.sweep.dir.\n")
+
+
+def test_a_run_dir_inside_a_runs_checkpoints_is_refused(tmp_path, capsys):
+    """Orbax would take the command's files there for a step, and delete them with the run's old steps."""
+    from omegaconf import OmegaConf
+
+    run = tmp_path / "r"
+    (run / "checkpoints" / "6").mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    for setting, path in [("hydra.run.dir", run / "checkpoints" / "6"), ("hydra.run.dir", run / "checkpoints" / "new"),
+                          ("hydra.sweep.dir", run / "checkpoints")]:  # a sweep's jobs would go below it
+        key = setting.split(".")[1]
+        config = OmegaConf.create({"hydra": {key: {"dir": str(path)}, "output_subdir": ".hydra"}})
+        with pytest.raises(SystemExit) as exit_:
+            (RunDirCheck().on_run_start if key == "run" else RunDirCheck().on_multirun_start)(config)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == (f"error: {setting}={path} is inside a run's checkpoints/ ({run}), whose old "
+                                           f"steps are deleted as it trains; choose another {setting} outside it.\n")
+    assert not (run / "checkpoints" / "new").exists()  # refused before anything was created there
+    elsewhere = tmp_path / "checkpoints" / "exp1"  # a folder of that name beside no run is anyone's to use
+    RunDirCheck().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(elsewhere)}, "output_subdir": ".hydra"}}))
+    assert elsewhere.is_dir()
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the interrupt Python drops

@@ -14,13 +14,14 @@ from zoo.checkpoint import Checkpoints
 
 SIGNALLED = """
 import importlib, os, runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even where the tests' runner ignores it
 owner = importlib.import_module("{module}")
 for name in "{path}".split(".")[:-1]:
     owner = getattr(owner, name)
 name = "{path}".split(".")[-1]
 real = getattr(owner, name)
 def signalled(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.{signame})
     setattr(owner, name, real)  # once
     return real(*args, **kwargs)
 setattr(owner, name, signalled)
@@ -29,9 +30,11 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
-def train_signalled_in(module: str, path: str, args: list, data_dir) -> subprocess.CompletedProcess:
-    """train.py with SIGTERM sent at the first call of `path` (a function or Class.method) of `module`."""
-    return subprocess.run([sys.executable, "-c", SIGNALLED.format(module=module, path=path), *args], cwd=ROOT,
+def train_signalled_in(module: str, path: str, args: list, data_dir, signame: str = "SIGTERM"
+                       ) -> subprocess.CompletedProcess:
+    """train.py with `signame` sent at the first call of `path` (a function or Class.method) of `module`."""
+    script = SIGNALLED.format(module=module, path=path, signame=signame)
+    return subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT,
                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
 
 
@@ -102,3 +105,15 @@ def test_a_stopped_sweep_job_goes_on_only_with_the_settings_it_began_with(data_d
     assert finished.returncode == 1  # and its refusal names what gives a sweep's jobs new directories:
     assert ("already holds a finished run trained with other settings: optimizer.learning_rate (0.001 -> 0.01); "
             "choose a new hydra.sweep.dir.") in finished.stderr + finished.stdout
+
+
+@pytest.mark.parametrize("launcher", ["basic", "population"])
+def test_ctrl_c_while_a_multirun_loads_its_data_is_one_line(data_dir, tmp_path, launcher):
+    """Before its train loop a job has nothing to save: the sweep ends at once, with one line and exit 130 (the
+    launchers pass the KeyboardInterrupt on; it was a traceback, and a segfault while Python finalised)."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "seed=0,1", "debug=smoke", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}"]
+    done = train_signalled_in("zoo.train", "load_dataset", args, data_dir, signame="SIGINT")
+    assert done.returncode == 130
+    assert done.stderr == ("error: interrupted by Ctrl-C; checkpoints already written are kept — rerun the same "
+                           f"multirun command (hydra.sweep.dir={sweep}) to resume the sweep.\n")

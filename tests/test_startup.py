@@ -43,3 +43,12 @@ def test_each_entry_script_loads_its_libraries_that_way(script):
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     enabled, frozen = out.stdout.split()
     assert enabled == "True" and int(frozen) > 100_000  # the libraries' objects, not a handful
+
+
+def test_ctrl_c_while_the_libraries_load_is_one_line():
+    """It was Python's KeyboardInterrupt traceback through the half-done imports."""
+    script = ("import signal\nfrom zoo.startup import loading_libraries\nwith loading_libraries():\n"
+              "    signal.signal(signal.SIGINT, signal.default_int_handler)\n    signal.raise_signal(signal.SIGINT)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130
+    assert done.stderr == "error: interrupted by Ctrl-C while the command started; nothing was written.\n"

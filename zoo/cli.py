@@ -1,11 +1,13 @@
 """The thin layer between Hydra and train()/evaluate(): user mistakes become one sentence and an exit code.
 
 Exit codes: 0 done, 1 Hydra refused the command line (its own message) or an unexpected I/O error, 2 a
-setting to change (zoo.errors.UserError), 128+N stopped by signal N (130: Ctrl-C). docs/errors.md lists them all.
+setting to change (zoo.errors.UserError) or a file in the way, 128+N stopped by signal N (130: Ctrl-C).
+docs/errors.md lists them all.
 `HYDRA_FULL_ERROR=1` shows the traceback behind exits 1 and 2 (exit 1 then); stops keep their line and code.
 """
 import contextlib
 import contextvars
+import errno
 import fcntl
 import logging
 import os
@@ -85,7 +87,8 @@ class RunDirCheck(Callback):
     the directory for the command (two commands started in the same second get the same default one), refuses a
     training run's directory to a command that only reads runs (`reads_runs`: eval.py, export.py; Hydra would
     replace that run's .hydra/ record with the command's), and keeps the .hydra/ files a run directory already
-    holds, for a refused command to put back."""
+    holds, for a refused command to put back. It also refuses a directory inside a run's checkpoints/ and one
+    where a file or directory is in the way of Hydra's own .hydra/ and log."""
 
     def __init__(self, reads_runs: bool = False):
         self.reads_runs = reads_runs
@@ -93,7 +96,9 @@ class RunDirCheck(Callback):
     def on_run_start(self, config, **kwargs) -> None:
         # ${now:...} is a cached resolver on this very config object, so Hydra then uses the same directory.
         run_dir = str(config.hydra.run.dir)
+        _exit_if_inside_checkpoints(run_dir, "hydra.run.dir")
         _exit_if_unwritable(run_dir, "hydra.run.dir")
+        _exit_if_in_the_way(run_dir, config, "hydra.run.dir")
         if self.reads_runs and holds_training_run(run_dir):
             exit_with(UserError(f"hydra.run.dir={run_dir} holds a training run, whose .hydra/ record this command "
                                 "would replace; leave hydra.run.dir unset or choose a directory without a run."))
@@ -101,10 +106,14 @@ class RunDirCheck(Callback):
         run_record.remember(run_dir, config.hydra.output_subdir)
 
     def on_multirun_start(self, config, **kwargs) -> None:
+        _exit_if_inside_checkpoints(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
         _exit_if_in_use(sweep, "hydra.sweep.dir", config)
+        global _sweep_dir
+        _sweep_dir = os.path.abspath(sweep)
         for job in os.listdir(sweep):  # a rerun in the same sweep dir: its jobs' dirs
+            _exit_if_in_the_way(os.path.join(sweep, job), config, "hydra.sweep.dir")
             run_record.remember(os.path.join(sweep, job), config.hydra.output_subdir)
 
 
@@ -112,11 +121,49 @@ def holds_training_run(path: str) -> bool:
     return any(os.path.exists(os.path.join(path, name)) for name in ("checkpoints", "results.json"))
 
 
+def run_whose_checkpoints_hold(path: str):
+    """The run directory whose checkpoints/ is `path` or holds it, at any depth, else None. A folder named
+    checkpoints counts beside a run's results.json, .hydra/ or metrics.jsonl: an unrelated one may be any name."""
+    path = os.path.abspath(path)
+    while os.path.dirname(path) != path:
+        run = os.path.dirname(path)
+        if os.path.basename(path) == "checkpoints" and \
+                any(os.path.exists(os.path.join(run, name)) for name in ("results.json", ".hydra", "metrics.jsonl")):
+            return run
+        path = run
+    return None
+
+
+def _exit_if_inside_checkpoints(path: str, setting: str) -> None:
+    """Orbax owns a run's checkpoints/: it would take a command's files there for a step of its own, and delete
+    them with the run's old checkpoints."""
+    run = run_whose_checkpoints_hold(path)
+    if run:
+        exit_with(UserError(f"{setting}={path} is inside a run's checkpoints/ ({run}), whose old steps are deleted "
+                            f"as it trains; choose another {setting} outside it."))
+
+
 def _exit_if_unwritable(path: str, setting: str) -> None:
     try:
         check_writable(path, setting)
     except UserError as e:
         exit_with(e)
+
+
+def _exit_if_in_the_way(run_dir: str, config, setting: str) -> None:
+    """Hydra writes <run dir>/.hydra/ and <job name>.log before the task starts, and reports a file or directory
+    already in their place as a traceback."""
+    record = OmegaConf.select(config, "hydra.output_subdir")
+    handlers = OmegaConf.select(config, "hydra.job_logging.handlers") or {}
+    log_file = os.path.join(run_dir, f"{OmegaConf.select(config, 'hydra.job.name')}.log")
+    if record is not None and os.path.lexists(os.path.join(run_dir, record)) \
+            and not os.path.isdir(os.path.join(run_dir, record)):
+        obstacle, why = os.path.join(run_dir, record), "a file where Hydra keeps the run's record"
+    elif any("filename" in h for h in handlers.values()) and os.path.isdir(log_file):
+        obstacle, why = log_file, "a directory where Hydra writes the command's log"
+    else:
+        return
+    exit_with(UserError(f"something is in the way at {obstacle} ({why}); move it, or choose another {setting}."))
 
 
 _held = {}  # directory -> the open descriptor whose lock holds it until this process ends
@@ -206,11 +253,50 @@ def _exit_if_the_users(e: BaseException) -> None:
             _exit(str(e), e.exit_code, hard=isinstance(e, Interrupted))
     elif isinstance(e, KeyboardInterrupt):  # outside the train loop (which saves on the first Ctrl-C) or a second
         if not (multirun or full):
-            _exit("interrupted by Ctrl-C; checkpoints already written are kept and the same command resumes "
-                  "from the newest one.", 130, hard=True)
+            _exit(CTRL_C, 130, hard=True)
     elif isinstance(e, OSError) and e.filename and not (multirun or full):  # a write the checks could not foresee
-        _exit(f"{e.strerror or e}: {e.filename}; free space there or choose another hydra.run.dir / "
-              "paths.data_dir.", 1)
+        _exit(os_error_sentence(e), 2 if e.errno in IN_THE_WAY else 1)  # in the way: a file to move, as UserError
+
+
+IN_THE_WAY = (errno.EEXIST, errno.EISDIR, errno.ENOTDIR)  # a file where a directory goes, or the reverse
+
+
+def os_error_sentence(e: OSError) -> str:
+    """What the user does about a write the file system refused: move what is in the way, or free space."""
+    if e.errno in IN_THE_WAY:
+        return f"something is in the way at {in_the_way(e)} ({e.strerror}); move it, or choose another hydra.run.dir."
+    if e.errno == errno.ENOSPC:
+        return f"{e.strerror}: {e.filename}; free space there or choose another hydra.run.dir / paths.data_dir."
+    return f"{e.strerror or e}: {e.filename}; choose another hydra.run.dir / paths.data_dir."
+
+
+def in_the_way(e: OSError) -> str:
+    """The path of what is in the way: for 'Not a directory', the file above e.filename, not that path."""
+    path = os.fspath(e.filename)
+    while e.errno == errno.ENOTDIR and not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+CTRL_C = ("interrupted by Ctrl-C; checkpoints already written are kept and the same command resumes from the newest "
+          "one.")
+_sweep_dir = None  # this process's multirun, once started: a Ctrl-C that ends it names the sweep to rerun
+
+
+def main_with_one_line_ctrl_c(main) -> None:
+    """Call a script's Hydra `main`. A Ctrl-C that no task turned into its line ends here in one: a multirun's
+    launchers pass it on (it ends the sweep, not one job), and Hydra composes the config before any task."""
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        if isinstance(e.__cause__, Interrupted):  # e.g. while a dataset was prepared: its own sentence
+            message = str(e.__cause__)
+        elif _sweep_dir:
+            message = ("interrupted by Ctrl-C; checkpoints already written are kept — rerun the same multirun "
+                       f"command (hydra.sweep.dir={_sweep_dir}) to resume the sweep.")
+        else:
+            message = CTRL_C
+        _exit(message, 130, hard=True)  # as a single run's: finalising after a cut compilation can segfault
 
 
 def _exit(message: str, code: int, hard: bool = False):

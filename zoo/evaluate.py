@@ -5,7 +5,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, restore_latest_good
-from zoo.cli import require_dir, unwritable_reason
+from zoo.cli import require_dir, run_whose_checkpoints_hold, unwritable_reason
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
 from zoo.files import load_json, write_json
@@ -63,11 +63,9 @@ def _finished_unsaved(run_dir: str):
 
 def _not_a_run(run_dir: str):
     """What run_dir is when it is a folder above or inside a run rather than a run: a sentence, else None."""
-    path = os.path.abspath(run_dir)
-    for above in (path, os.path.dirname(path)):  # checkpoints/ itself, or one of its steps
-        if os.path.basename(above) == "checkpoints":
-            return (f"run_dir={run_dir} is inside a run's checkpoints/; pass the run's directory, "
-                    f"run_dir={os.path.dirname(above)}.")
+    run = run_whose_checkpoints_hold(run_dir)  # checkpoints/ itself, or one of its steps
+    if run:
+        return f"run_dir={run_dir} is inside a run's checkpoints/; pass the run's directory, run_dir={run}."
     jobs = find_job_dirs(run_dir) if os.path.isfile(os.path.join(run_dir, "multirun.yaml")) else []
     if jobs:
         return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "
@@ -153,7 +151,10 @@ READS_OF_A_TRAINING_RUN = 3  # a run still training deletes old steps as it save
 def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
     from zoo.train import build
 
-    reason = unwritable_reason(os.path.join(cfg.run_dir, out_name))  # now, not after the whole command
+    out_dir = os.path.join(cfg.run_dir, out_name)
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):  # the run is writable; this one file is not
+        raise UserError(f"a file is in the way at {out_dir}, where {what} go; move it and run the command again.")
+    reason = unwritable_reason(out_dir)  # now, not after the whole command
     if reason:
         raise UserError(f"run_dir={cfg.run_dir} is not writable ({reason}): {what} go to its {out_name}/ "
                         "directory; copy the run somewhere writable and pass that run_dir.")

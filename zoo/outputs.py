@@ -152,9 +152,14 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         return RunOutputs(cfg, task, total_steps, ckpts, RunLogger(out_dir, cfg.logger, total_steps, enabled=False),
                           None, zero_sums, target, start_step, host_state, sums, early, recorded=recorded)
     logger_cfg = OmegaConf.merge(cfg.logger, {"progress": False}) if population_member else cfg.logger
-    logger = RunLogger(out_dir, logger_cfg, total_steps, start_step=start_step, enabled=is_primary(),
-                       learning_rate=learning_rate_at(cfg, total_steps),
-                       plot_in_background=population_member or in_multirun())
+    try:
+        logger = RunLogger(out_dir, logger_cfg, total_steps, start_step=start_step, enabled=is_primary(),
+                           learning_rate=learning_rate_at(cfg, total_steps),
+                           plot_in_background=population_member or in_multirun())
+    except BaseException:  # e.g. a directory where metrics.jsonl goes: an open manager's threads outlive the exit
+        if ckpts is not None:
+            ckpts.close()
+        raise
     if privacy:
         logger = EpsilonLogger(logger, privacy)
     run_record.accepted(out_dir)  # from here on, .hydra/ describes this run, whatever ends it
