@@ -121,6 +121,8 @@ def test_jobs_given_one_directory_run_one_after_another_as_under_the_basic_launc
         assert "already holds a finished run trained with other settings: seed (0 -> 1); choose a new " \
                "hydra.sweep.dir." in out  # what gives a multirun's jobs their own directories
         assert not (sweep / "same" / "failure.json").exists()  # the finished run's directory is left as it was
+        assert "seed=0" in (sweep / "same" / ".hydra" / "overrides.yaml").read_text()  # its record too
+        assert [r["seed"] for r in summary_rows(sweep)] == ["0"]  # ranked as the run it holds
         assert [r["status"] for r in summary_rows(sweep)] == ["completed"]
         runs[launcher] = [{k: v for k, v in json.loads(line).items() if k != "examples_per_s"}
                           for line in (sweep / "same" / "metrics.jsonl").read_text().splitlines()]

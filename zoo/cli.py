@@ -116,6 +116,12 @@ class RunDirCheck(Callback):
             _exit_if_in_the_way(os.path.join(sweep, job), config, "hydra.sweep.dir")
             run_record.remember(os.path.join(sweep, job), config.hydra.output_subdir)
 
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        """A later job of this sweep given the same directory (a hydra.sweep.subdir without the job number) and
+        refused puts back this job's record, not the one the directory held before the command."""
+        if config.hydra.mode == RunMode.MULTIRUN:
+            run_record.remember(config.hydra.runtime.output_dir, config.hydra.output_subdir)
+
 
 def holds_training_run(path: str) -> bool:
     return any(os.path.exists(os.path.join(path, name)) for name in ("checkpoints", "results.json"))
