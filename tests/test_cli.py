@@ -350,3 +350,20 @@ def test_a_stopped_sweeps_last_line_says_whether_its_jobs_were_saved(saved, says
         end_sweep_if_stopped(types.SimpleNamespace(_return_value=stopped))
     assert e.value.code == 143
     assert capsys.readouterr().err.startswith(f"error: stopped by SIGTERM at step 40; {says}")
+
+
+def test_a_run_dir_on_a_full_disk_is_one_sentence_before_hydra_writes_its_record(tmp_path, monkeypatch):
+    import errno
+    import io
+
+    from zoo import cli
+    from zoo.errors import UserError
+
+    class FullDisk(io.BytesIO):  # an empty file still fits on a full disk; its first block does not
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cli.tempfile, "TemporaryFile", lambda dir: FullDisk())
+    with pytest.raises(UserError, match=r"^hydra\.run\.dir=.*run has no space left; free space there or set "
+                                        r"hydra\.run\.dir to another directory\.$"):
+        cli.check_writable(str(tmp_path / "run"), "hydra.run.dir")

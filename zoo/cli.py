@@ -58,11 +58,17 @@ def _full_errors() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
+RECORD_BYTES = 64 * 1024  # more than a run's .hydra/ record and first log lines, written before the task starts
+
+
 def unwritable_reason(path: str):
-    """None if `path` is (made) a directory we can write a file into, else why not ('Not a directory', ...)."""
+    """None if `path` is (made) a directory we can write a file into, else why not ('Not a directory', ...). The
+    file takes RECORD_BYTES: an empty one fits on a full disk, where Hydra's record would then fail."""
     try:
         os.makedirs(path, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
+        with tempfile.TemporaryFile(dir=path) as f:
+            f.write(bytes(RECORD_BYTES))
+            f.flush()
             return None
     except OSError as e:  # a file in the way, no permission, read-only or full file system
         return e.strerror or str(e)
@@ -77,6 +83,8 @@ def require_dir(path: str, setting: str, holding: str) -> None:
 
 def check_writable(path: str, setting: str) -> None:
     reason = unwritable_reason(path)
+    if reason == os.strerror(errno.ENOSPC):
+        raise UserError(f"{setting}={path} has no space left; free space there or set {setting} to another directory.")
     if reason:
         raise UserError(f"{setting}={path} is not writable ({reason}); set {setting} to a directory you can write.")
 
