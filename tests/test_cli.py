@@ -367,3 +367,23 @@ def test_a_run_dir_on_a_full_disk_is_one_sentence_before_hydra_writes_its_record
     with pytest.raises(UserError, match=r"^hydra\.run\.dir=.*run has no space left; free space there or set "
                                         r"hydra\.run\.dir to another directory\.$"):
         cli.check_writable(str(tmp_path / "run"), "hydra.run.dir")
+
+
+@pytest.mark.parametrize("script, says", [("train", "checkpoints already written are kept and the same command resumes"),
+                                          ("eval", "what it writes is written whole or not at all — run the same")])
+def test_a_ctrl_c_outside_a_task_is_the_commands_own_line(script, says, capsys, monkeypatch):
+    from zoo import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    def exit_(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(cli, "_hard_exit", exit_)
+    monkeypatch.setattr(cli, "_sweep_dir", None)
+    monkeypatch.setattr(cli, "_ctrl_c", cli.CTRL_C)  # put back after: it is process-wide, set by the script
+    with pytest.raises(SystemExit) as e:
+        cli.main_with_one_line_ctrl_c(interrupted, *([] if script == "train" else [cli.READER_CTRL_C]))
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and err.startswith(f"error: interrupted by Ctrl-C; {says}") and err.count("\n") == 1

@@ -140,12 +140,13 @@ BAD_VALUES = [
     ("+optimizer.b1=2", r"optimizer\.b1 must be in \[0, 1\), got 2\."),
     ("+optimizer.b2=1.0", r"optimizer\.b2 must be in \[0, 1\), got 1\.0\."),
     ("+optimizer.b2=-0.1", r"optimizer\.b2 must be in \[0, 1\), got -0\.1\."),
-    ("+optimizer.eps=-1", r"optimizer\.eps must be > 0, got -1\."),
-    ("+optimizer.eps=0", r"optimizer\.eps must be > 0, got 0\."),
+    ("+optimizer.eps=-1", r"optimizer\.eps must be >= 0, got -1\."),
+    ("+optimizer.eps=0", r"optimizer\.eps=0 with optimizer\.eps_root=0 divides a zero gradient by zero; set "
+                         r"optimizer\.eps > 0 \(e\.g\. 1e-8\) or optimizer\.eps_root > 0\."),
     ("+optimizer.eps_root=-1e-8", r"optimizer\.eps_root must be >= 0, got -1e-08\."),
     ("optimizer=adam optimizer._target_=optax.lion +optimizer.b1=1.5",
      r"optimizer\.b1 must be in \[0, 1\), got 1\.5\."),
-    ("optimizer=adam optimizer._target_=optax.rmsprop +optimizer.eps=-1", r"optimizer\.eps must be > 0, got -1\."),
+    ("optimizer=adam optimizer._target_=optax.rmsprop +optimizer.eps=-1", r"optimizer\.eps must be >= 0, got -1\."),
     ("optimizer._target_=builtins.eval", r"optimizer names _target_='builtins\.eval', which is not allowed; only "
                                          r"targets under zoo\., optax\. can be instantiated\."),
     ("model._target_=os.system", r"model names _target_='os\.system', which is not allowed"),
@@ -205,7 +206,15 @@ FOLLOWED_ADVICE = [  # (refused overrides, what the message advises), each train
     ("trainer.accumulate=7 trainer.max_steps=100", "trainer.max_steps=84"),
     ("trainer.accumulate=7 trainer.max_steps=100", "trainer.max_steps=91 trainer.epochs=2"),
     ("optimized_metric=validation/accuracy", "dataset.validation_fraction=0.1"),
+    ("+optimizer.eps=0", "+optimizer.eps_root=1e-8"),
 ]
+
+
+def test_eps_zero_is_allowed_where_nothing_divides_by_it_alone(make_cfg):
+    from zoo.config import validate
+
+    validate(make_cfg("optimizer=sgd", "optimizer._target_=optax.adagrad", "~optimizer.momentum",
+                      "~optimizer.nesterov", "+optimizer.eps=0"))  # adagrad adds an initial accumulator
 
 
 @pytest.mark.parametrize("overrides,advice", FOLLOWED_ADVICE, ids=[f"{o} -> {a}" for o, a in FOLLOWED_ADVICE])
@@ -518,8 +527,9 @@ def test_eval_of_a_run_finished_without_checkpoints_says_to_train_it_in_a_new_di
     from zoo.train import train
 
     train(make_cfg("debug=smoke", "checkpoint.enabled=false", out="unsaved"))
-    with pytest.raises(UserError, match=r"unsaved finished without checkpoints \(checkpoint\.enabled=false\), so there "
-                                        r"is no state to evaluate; .* Train it again in a new hydra\.run\.dir with "
+    with pytest.raises(UserError, match=r"unsaved holds a finished run's results\.json but no complete checkpoint "
+                                        r"\(trained with checkpoint\.enabled=false, or its checkpoints/ removed\), so "
+                                        r"there is no state to evaluate; .* Train it again in a new hydra\.run\.dir with "
                                         r"checkpoint\.enabled=true"):
         evaluate(eval_cfg(make_cfg, tmp_path / "unsaved"))
 
@@ -701,8 +711,10 @@ def test_ctrl_c_and_io_errors_outside_the_loop_are_one_line(make_cfg, capsys, mo
 def test_a_file_in_the_way_is_named_and_only_a_full_disk_asks_for_space(make_cfg, capsys, tmp_path):
     cfg = make_cfg("debug=smoke")
     (tmp_path / "a_file").write_text("")
-    in_the_way = "; move it, or choose another hydra.run.dir.\n"
+    in_the_way = "; move it and run the command again.\n"
     for error, code, text in [
+            (OSError(errno.EISDIR, "Is a directory", "/runs/x/results.json.123.tmp", None, "/runs/x/results.json"), 2,
+             "error: something is in the way at /runs/x/results.json (Is a directory)" + in_the_way),  # a rename's
             (OSError(errno.EEXIST, "File exists", "/runs/x/tensorboard"), 2,
              "error: something is in the way at /runs/x/tensorboard (File exists)" + in_the_way),
             (OSError(errno.EISDIR, "Is a directory", "/runs/x/metrics.jsonl"), 2,

@@ -127,7 +127,8 @@ class RunDirCheck(Callback):
     def on_job_end(self, config, job_return, **kwargs) -> None:
         """A later job of this sweep given the same directory (a hydra.sweep.subdir without the job number) and
         refused puts back this job's record, not the one the directory held before the command."""
-        if config.hydra.mode == RunMode.MULTIRUN:
+        subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
+        if config.hydra.mode == RunMode.MULTIRUN and "hydra.job.num" not in str(subdir):  # else one dir a job
             run_record.remember(config.hydra.runtime.output_dir, config.hydra.output_subdir)
 
 
@@ -267,7 +268,7 @@ def _exit_if_the_users(e: BaseException) -> None:
             _exit(str(e), e.exit_code, hard=isinstance(e, Interrupted))
     elif isinstance(e, KeyboardInterrupt):  # outside the train loop (which saves on the first Ctrl-C) or a second
         if not (multirun or full):
-            _exit(CTRL_C, 130, hard=True)
+            _exit(_ctrl_c, 130, hard=True)
     elif isinstance(e, OSError) and e.filename and not (multirun or full):  # a write the checks could not foresee
         _exit(os_error_sentence(e), 2 if e.errno in IN_THE_WAY else 1)  # in the way: a file to move, as UserError
 
@@ -278,15 +279,16 @@ IN_THE_WAY = (errno.EEXIST, errno.EISDIR, errno.ENOTDIR)  # a file where a direc
 def os_error_sentence(e: OSError) -> str:
     """What the user does about a write the file system refused: move what is in the way, or free space."""
     if e.errno in IN_THE_WAY:
-        return f"something is in the way at {in_the_way(e)} ({e.strerror}); move it, or choose another hydra.run.dir."
+        return f"something is in the way at {in_the_way(e)} ({e.strerror}); move it and run the command again."
     if e.errno == errno.ENOSPC:
         return f"{e.strerror}: {e.filename}; free space there or choose another hydra.run.dir / paths.data_dir."
     return f"{e.strerror or e}: {e.filename}; choose another hydra.run.dir / paths.data_dir."
 
 
 def in_the_way(e: OSError) -> str:
-    """The path of what is in the way: for 'Not a directory', the file above e.filename, not that path."""
-    path = os.fspath(e.filename)
+    """The path of what is in the way: a rename's target (filename2: files are written beside it, then renamed
+    onto it), and for 'Not a directory' the file above the path, not the path itself."""
+    path = os.fspath(e.filename2 or e.filename)
     while e.errno == errno.ENOTDIR and not os.path.lexists(path) and os.path.dirname(path) != path:
         path = os.path.dirname(path)
     return path
@@ -294,12 +296,17 @@ def in_the_way(e: OSError) -> str:
 
 CTRL_C = ("interrupted by Ctrl-C; checkpoints already written are kept and the same command resumes from the newest "
           "one.")
+READER_CTRL_C = "interrupted by Ctrl-C; what it writes is written whole or not at all — run the same command again."
+_ctrl_c = CTRL_C  # this command's line for a Ctrl-C outside the train loop: train.py's, or a reading command's
 _sweep_dir = None  # this process's multirun, once started: a Ctrl-C that ends it names the sweep to rerun
 
 
-def main_with_one_line_ctrl_c(main) -> None:
+def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
     """Call a script's Hydra `main`. A Ctrl-C that no task turned into its line ends here in one: a multirun's
-    launchers pass it on (it ends the sweep, not one job), and Hydra composes the config before any task."""
+    launchers pass it on (it ends the sweep, not one job), and Hydra composes the config before any task.
+    `interrupted`: the line (CTRL_C for training, READER_CTRL_C for eval.py, export.py, predict.py)."""
+    global _ctrl_c
+    _ctrl_c = interrupted
     try:
         main()
     except KeyboardInterrupt as e:
@@ -309,7 +316,7 @@ def main_with_one_line_ctrl_c(main) -> None:
             message = ("interrupted by Ctrl-C; checkpoints already written are kept — rerun the same multirun "
                        f"command (hydra.sweep.dir={_sweep_dir}) to resume the sweep.")
         else:
-            message = CTRL_C
+            message = _ctrl_c
         _exit(message, 130, hard=True)  # as a single run's: finalising after a cut compilation can segfault
 
 

@@ -9,7 +9,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from zoo.errors import UserError
 from zoo.privacy.config import PrivacyConfig, validate_privacy
-from zoo.targets import check_arguments, check_targets
+from zoo.targets import check_arguments, check_targets, parameter_defaults
 
 PARALLEL_MODES = ("none", "pmap", "sharded")
 MAX_CPU_DEVICES = 512  # simulated devices cost memory and start-up time; beyond this a typo is likelier than intent
@@ -327,10 +327,10 @@ def _validate_generator(d: DictConfig) -> None:
 
 
 # optax accepts any float for these, whatever its optimizer; out of range they diverge or silently train nothing.
-# eps=0 divides a zero gradient (a constant input pixel's weight, say) by zero: the loss turns NaN.
 _UNIT = (lambda v: 0 <= v < 1, "in [0, 1)")
-OPTIMIZER_RANGES = {"weight_decay": (lambda v: v >= 0, ">= 0"), "momentum": _UNIT, "b1": _UNIT, "b2": _UNIT,
-                    "eps": (lambda v: v > 0, "> 0"), "eps_root": (lambda v: v >= 0, ">= 0")}
+_NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
+OPTIMIZER_RANGES = {"weight_decay": _NON_NEGATIVE, "momentum": _UNIT, "b1": _UNIT, "b2": _UNIT, "eps": _NON_NEGATIVE,
+                    "eps_root": _NON_NEGATIVE}
 
 
 def _validate_optimizer_ranges(o: DictConfig) -> None:
@@ -339,6 +339,12 @@ def _validate_optimizer_ranges(o: DictConfig) -> None:
     for key, (ok, bounds) in OPTIMIZER_RANGES.items():
         value = o.get(key)
         _require(value is None or (is_number(value) and ok(value)), f"optimizer.{key} must be {bounds}, got {value!r}.")
+    # Adam's family divides by sqrt(nu + eps_root) + eps: both 0 divide a zero gradient (a constant input pixel's
+    # weight) by zero, and the loss turns NaN. An optimizer without eps_root (adagrad) may take eps=0.
+    eps_root = o.get("eps_root", parameter_defaults(o).get("eps_root"))
+    _require(o.get("eps") != 0 or eps_root is None or eps_root > 0,
+             f"optimizer.eps=0 with optimizer.eps_root={eps_root or 0} divides a zero gradient by zero; set "
+             "optimizer.eps > 0 (e.g. 1e-8) or optimizer.eps_root > 0.")
 
 
 def _validate_applicable(d: DictConfig) -> None:

@@ -52,13 +52,14 @@ def _failed_before_a_checkpoint(run_dir: str):
 
 
 def _finished_unsaved(run_dir: str):
-    """A run that finished with checkpoint.enabled=false: its results.json stands, and its directory refuses to be
-    trained again (nothing to resume from), so the advice is a new run directory."""
+    """A run that finished without checkpoints (checkpoint.enabled=false): its results.json stands, and its
+    directory refuses to be trained again (nothing to resume from), so the advice is a new run directory."""
     if not os.path.isfile(os.path.join(run_dir, "results.json")):
         return None
-    return (f"run_dir={run_dir} finished without checkpoints (checkpoint.enabled=false), so there is no state to "
-            "evaluate; its results.json holds its final metrics. Train it again in a new hydra.run.dir with "
-            "checkpoint.enabled=true, or pass another run_dir.")
+    return (f"run_dir={run_dir} holds a finished run's results.json but no complete checkpoint (trained with "
+            "checkpoint.enabled=false, or its checkpoints/ removed), so there is no state to evaluate; results.json "
+            "holds its final metrics. Train it again in a new hydra.run.dir with checkpoint.enabled=true, or pass "
+            "another run_dir.")
 
 
 def _not_a_run(run_dir: str):
