@@ -6,6 +6,7 @@ goes on; a stored study continues with `n_trials` new trials, after the trials a
 bad settings are one sentence.
 """
 import json
+import re
 
 import optuna
 import pytest
@@ -367,3 +368,87 @@ def test_the_summarys_pareto_front_is_optunas():
     rows = [{"objective": v} for v in values]
     assert [r["objective"] for r in pareto.front(rows, ["maximize", "minimize"])] == \
         [t.values for t in sorted(study.best_trials, key=lambda t: t.number)] == [[0.9, 10.0], [0.95, 20.0], [0.8, 5.0]]
+
+
+def test_trials_whose_jobs_never_ran_fail_and_a_rerun_asks_new_ones(tmp_path):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+
+    class RefusingLauncher(RecordingLauncher):  # as Hydra refuses an override no config takes, before any job
+        def launch(self, job_overrides, initial_job_idx):
+            raise ValueError("Could not override 'model.nonexistent'. Key 'nonexistent' is not in struct")
+
+    with pytest.raises(ValueError, match="not in struct"):
+        make_sweep(tmp_path, RefusingLauncher(), storage=storage, n_trials=2, n_jobs=2).sweep([])
+    trials = optuna.load_study(study_name="test", storage=storage).trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert trials[0].user_attrs["fail_reason"].startswith("not run: ValueError: Could not override 'model.nonexistent'")
+    launcher = RecordingLauncher()
+    make_sweep(tmp_path, launcher, storage=storage, n_trials=2, n_jobs=2).sweep([])
+    assert [first for first, _ in launcher.calls] == [2]  # new trials; the failed ones are not run again
+
+
+@pytest.mark.parametrize("ending, state", [(KeyboardInterrupt(), "RUNNING"), (SystemExit(143), "RUNNING"),
+                                           (SystemExit(2), "FAIL")])
+def test_only_a_stop_leaves_its_trials_running_for_the_same_command_to_continue(tmp_path, ending, state):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+
+    class EndingLauncher(RecordingLauncher):
+        def launch(self, job_overrides, initial_job_idx):
+            raise ending
+
+    with pytest.raises(type(ending)):
+        make_sweep(tmp_path, EndingLauncher(), storage=storage, n_trials=1).sweep([])
+    assert [t.state.name for t in optuna.load_study(study_name="test", storage=storage).trials] == [state]
+
+
+def test_a_sampler_that_fails_while_asked_leaves_no_trial_running(tmp_path, monkeypatch):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    monkeypatch.setattr(optuna.samplers.TPESampler, "sample_independent",
+                        lambda *args, **kwargs: (_ for _ in ()).throw(ImportError("No module named 'cmaes'")))
+    with pytest.raises(ImportError):
+        make_sweep(tmp_path, RecordingLauncher(), storage=storage, n_trials=2, n_jobs=2).sweep([])
+    assert [t.state.name for t in optuna.load_study(study_name="test", storage=storage).trials] == ["FAIL"]
+
+
+def test_a_stored_study_of_another_direction_is_refused(tmp_path):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    make_sweep(tmp_path, RecordingLauncher(), storage=storage, n_trials=1).sweep([])
+    with pytest.raises(UserError, match=r"^study test in sqlite:///.*optuna\.db was created to maximize, and this "
+                                        r"command would minimize; choose another hydra\.sweeper\.study_name"):
+        make_sweep(tmp_path, RecordingLauncher(), storage=storage, n_trials=1, direction="minimize").sweep([])
+
+
+@pytest.mark.parametrize("storage", ["sqlite:////proc/no-such-dir/x.db", "notadb://x"])
+def test_a_storage_that_cannot_be_opened_is_one_sentence(tmp_path, storage):
+    with pytest.raises(UserError, match=rf"^hydra\.sweeper\.storage={re.escape(storage)} cannot be opened \(.*\); set it "
+                                        r"to sqlite:///<a writable path>\.db or null \(in memory\)\.$"):
+        make_sweep(tmp_path, RecordingLauncher(), storage=storage, n_trials=1).sweep([])
+    assert not (tmp_path / "multirun.yaml").exists()
+
+
+def test_a_sampler_whose_package_is_missing_is_refused_before_any_trial(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cmaes" else real(name, *a))
+    launcher = RecordingLauncher()
+    with pytest.raises(UserError, match=r"^hydra\.sweeper\.sampler=CmaEsSampler needs cmaes, which requirements\.txt "
+                                        r"does not install; pip install cmaes, or choose another"):
+        make_sweep(tmp_path, launcher, sampler=OmegaConf.create({"_target_": "optuna.samplers.CmaEsSampler"})).sweep([])
+    assert launcher.calls == []
+
+
+def test_a_rerun_with_other_choices_is_refused_and_one_with_a_new_parameter_runs_its_points(tmp_path):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    grid = {"optimizer.learning_rate": "choice(1e-3, 1e-2)", "trainer.batch_size": "choice(16, 32)"}
+    make_sweep(tmp_path, RecordingLauncher(), sampler=GridSamplerConfig(), params=grid, storage=storage,
+               n_trials=10).sweep([])
+    launcher = RecordingLauncher()
+    with pytest.raises(UserError, match=r"^study test searched trainer\.batch_size over \[16, 32\], and this command "
+                                        r"over \[64\]; a study keeps a choice's values"):
+        make_sweep(tmp_path, launcher, sampler=GridSamplerConfig(), params=grid, storage=storage,
+                   n_trials=10).sweep(["trainer.batch_size=choice(64)"])
+    assert launcher.calls == []
+    make_sweep(tmp_path, launcher, sampler=GridSamplerConfig(), params={**grid, "model.hidden": "choice([64])"},
+               storage=storage, n_trials=10).sweep([])
+    assert len(trial_params(launcher)) == 4  # the grid's 4 points with the new parameter; "0 trials" before

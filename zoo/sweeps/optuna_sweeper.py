@@ -131,18 +131,32 @@ class OptunaSweep:
             # a seeded sampler would repeat the suggestions its study started with; the offset keeps a rerun
             # of the same command on the same study reproducible
             cfg = OmegaConf.merge(cfg, {"seed": int(cfg.seed) + trials_so_far})
+        _check_sampler_packages(cfg)
         sampler = build_optuna_object(cfg, "optuna.samplers", "BaseSampler", "hydra.sweeper.sampler")
         return sampler(grid) if isinstance(sampler, functools.partial) else sampler  # GridSampler: grid = space
 
-    def _study(self, grid: dict):
+    def _study(self, grid: dict, space):
         import optuna
 
         pruner = None if self.pruner_cfg is None else build_optuna_object(
             self.pruner_cfg, "optuna.pruners", "BasePruner", "hydra.sweeper.pruner")
-        if self.storage and str(self.storage).startswith("sqlite:///"):
-            os.makedirs(os.path.dirname(os.path.abspath(str(self.storage)[len("sqlite:///"):])), exist_ok=True)
-        study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self._sampler(grid),
-                                    pruner=pruner, directions=self.directions, load_if_exists=True)
+        sampler = self._sampler(grid)
+        try:
+            if self.storage and str(self.storage).startswith("sqlite:///"):
+                os.makedirs(os.path.dirname(os.path.abspath(str(self.storage)[len("sqlite:///"):])), exist_ok=True)
+            study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=sampler,
+                                        pruner=pruner, directions=self.directions, load_if_exists=True)
+        except Exception as e:  # noqa: BLE001 — a path, a URL or a database SQLAlchemy refuses, in its own types
+            first = str(e).splitlines()[0][:200] if str(e) else ""
+            raise UserError(f"hydra.sweeper.storage={self.storage} cannot be opened ({type(e).__name__}: {first}); "
+                            "set it to sqlite:///<a writable path>.db or null (in memory).") from None
+        _check_same_choices(study, space.distributions)
+        stored = [d.name.lower() for d in study.directions]
+        if stored != self.directions:  # Optuna loads an existing study as it was created, whatever asked for
+            metric = OmegaConf.select(self.config, "optimized_metric", default=None)
+            asked = ", ".join(self.directions) + (f" (optimized_metric={metric})" if metric is not None else "")
+            raise UserError(f"study {study.study_name} in {self.storage} was created to {', '.join(stored)}, and this "
+                            f"command would {asked}; choose another hydra.sweeper.study_name (or storage).")
         trials_so_far = len(study.get_trials(deepcopy=False))
         if trials_so_far:
             study.sampler = self._sampler(grid, trials_so_far)
@@ -161,19 +175,25 @@ class OptunaSweep:
         if self.pruner_cfg is not None and _eval_every(self.config, space) <= 0:  # else every trial fails so
             raise UserError("hydra.sweeper.pruner needs periodic evals to judge a trial by; set trainer.eval_every "
                             "to a number of steps.")
-        _save_multirun_config(self.config)
         is_grid = "GridSampler" in str(self.sampler_cfg.get("_target_", ""))
         grid = space.grid() if is_grid else {}
-        study = self._study(grid)
+        study = self._study(grid, space)
+        _save_multirun_config(self.config)
         self._continue_stopped(study, space, optuna)
         n_trials = self.n_trials
         if is_grid:  # a grid has math.prod(sizes) points; a resumed grid sweep runs the ones not yet run
-            done = sum(t.state.is_finished() for t in study.trials)
+            done = sum(t.state.is_finished() and all(t.params.get(k) in v for k, v in grid.items())
+                       for t in study.trials)  # of this grid: a rerun with another grid runs its new points
             n_trials = min(n_trials, math.prod(len(v) for v in grid.values()) - done)
         log.info("Study %s in %s: %d trials to run, %d at a time, directions %s", study.study_name,
                  self.storage or "memory", n_trials, self.n_jobs, self.directions)
         while n_trials > 0:
-            trials = [study.ask(space.distributions) for _ in range(min(self.n_jobs, n_trials))]
+            asked_from = len(study.get_trials(deepcopy=False))
+            try:
+                trials = [study.ask(space.distributions) for _ in range(min(self.n_jobs, n_trials))]
+            except Exception as e:  # the sampler failed: the trials it was asked for would stay RUNNING
+                _fail_unrun(study, [t for t in study.get_trials(deepcopy=False) if t.number >= asked_from], e, optuna)
+                raise
             self._run(study, trials, space, optuna)
             n_trials -= len(trials)
         self._write_results(study, optuna)
@@ -183,10 +203,15 @@ class OptunaSweep:
         """Launch `trials` (consecutive numbers) in one call and tell the study each one's result."""
         job_dirs = job_dirs or {}
         overrides = [self._overrides(t, space, job_dirs.get(t.number)) for t in trials]
-        with trial_link.running(self.storage, self.study_name, trials):
-            # job number = trial number: a rerun with the same storage and sweep dir adds trials, and
-            # their jobs must not land in (and resume from) the directories of the study's earlier trials
-            returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
+        try:
+            with trial_link.running(self.storage, self.study_name, trials):
+                # job number = trial number: a rerun with the same storage and sweep dir adds trials, and
+                # their jobs must not land in (and resume from) the directories of the study's earlier trials
+                returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
+        except BaseException as e:
+            if not _a_stop(e):  # e.g. an override no config takes: rerun, they would fail again
+                _fail_unrun(study, trials, e, optuna)
+            raise
         errors = [e for e in (self._tell(study, t, ret, optuna) for t, ret in zip(trials, returns)) if e]
         if len(errors) > self.max_failure_rate * len(returns):
             log.error("%d of %d trials failed, more than hydra.sweeper.max_failure_rate=%s allows",
@@ -301,6 +326,46 @@ class OptunaSweep:
             log.info("Pareto front: %d trials", len(study.best_trials))
         OmegaConf.save(OmegaConf.create(results), os.path.join(self.config.hydra.sweep.dir,
                                                                "optimization_results.yaml"))
+
+
+def _check_same_choices(study, distributions: dict) -> None:
+    """Optuna fixes a parameter's choices within a study ('does not support dynamic value space', at its next ask)."""
+    for trial in study.get_trials(deepcopy=False):
+        for name, old in trial.distributions.items():
+            new = distributions.get(name)
+            if hasattr(old, "choices") and new is not None and new != old:
+                raise UserError(f"study {study.study_name} searched {name} over {list(old.choices)}, and this command "
+                                f"over {list(getattr(new, 'choices', [new]))}; a study keeps a choice's values: keep "
+                                "them, or choose another hydra.sweeper.study_name (or storage).")
+
+
+SAMPLER_PACKAGES = {"CmaEsSampler": ("cmaes",), "GPSampler": ("torch", "scipy")}  # Optuna imports them late
+
+
+def _check_sampler_packages(cfg) -> None:
+    """A sampler whose package is missing fails only after its startup trials, each later trial with it."""
+    import importlib.util
+
+    name = str(cfg.get("_target_", "")).rpartition(".")[2]
+    missing = [p for p in SAMPLER_PACKAGES.get(name, ()) if importlib.util.find_spec(p) is None]
+    if missing:
+        raise UserError(f"hydra.sweeper.sampler={name} needs {' and '.join(missing)}, which requirements.txt does "
+                        f"not install; pip install {' '.join(missing)}, or choose another hydra/sweeper/sampler.")
+
+
+def _a_stop(e: BaseException) -> bool:
+    """Ctrl-C or a stop signal's exit (128 + N): its trials stay RUNNING, and the same command continues them."""
+    return isinstance(e, KeyboardInterrupt) or (isinstance(e, SystemExit) and isinstance(e.code, int) and
+                                                e.code >= 128)
+
+
+def _fail_unrun(study, trials: list, error: BaseException, optuna) -> None:
+    """Tell the study that `trials` (asked, never run) failed, with why: left RUNNING, a rerun would run them."""
+    for t in trials:
+        trial = optuna.Trial(study, t._trial_id)
+        trial.set_user_attr("fail_reason", f"not run: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                            if str(error) else f"not run: {type(error).__name__}")
+        OptunaSweep._finish(study, trial, state=optuna.trial.TrialState.FAIL)
 
 
 def _subdir_override(job_dir: str):
