@@ -264,13 +264,13 @@ def test_with_resume_never_a_stopped_trial_fails_and_new_ones_follow(tmp_path, r
     ({"params": {"optimizer.learning_rate": "interval(1e-3, 1e-1)"}, "sampler": GridSamplerConfig()},
      r"hydra\.sweeper\.params\.optimizer\.learning_rate is a continuous interval"),
 ])
-def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, settings, message):
+def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, settings, message, runs_jobs_here):
     settings = {k: OmegaConf.structured(v) if k in ("sampler", "pruner") else v for k, v in settings.items()}
     with pytest.raises(UserError, match=message):
         make_sweep(tmp_path, RecordingLauncher(), **settings).sweep([])
 
 
-def test_a_pruner_without_periodic_evals_is_refused_before_any_trial(tmp_path):
+def test_a_pruner_without_periodic_evals_is_refused_before_any_trial(tmp_path, runs_jobs_here):
     launcher = RecordingLauncher()
     sweep = make_sweep(tmp_path, launcher, pruner=OmegaConf.structured(MedianPrunerConfig()), n_trials=2)
     for arguments in ([], ["trainer.eval_every=0"]):  # from the composed config, or on the command line
@@ -452,3 +452,21 @@ def test_a_rerun_with_other_choices_is_refused_and_one_with_a_new_parameter_runs
     make_sweep(tmp_path, launcher, sampler=GridSamplerConfig(), params={**grid, "model.hidden": "choice([64])"},
                storage=storage, n_trials=10).sweep([])
     assert len(trial_params(launcher)) == 4  # the grid's 4 points with the new parameter; "0 trials" before
+
+
+def test_what_fails_every_pruned_trial_is_refused_before_any_trial(tmp_path, make_cfg, runs_jobs_here, monkeypatch):
+    launcher = RecordingLauncher()
+    sweep = make_sweep(tmp_path, launcher, pruner=OmegaConf.structured(MedianPrunerConfig()), n_trials=2,
+                       direction=None)
+    hydra_node = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    sweep.config = OmegaConf.merge(hydra_node, OmegaConf.to_container(make_cfg("optimized_metric=wall_time_s")))
+    with pytest.raises(UserError, match=r"^hydra\.sweeper\.pruner needs optimized_metric to name an eval metric "
+                                        r"\(validation/loss, validation/accuracy\), got wall_time_s\.$"):
+        sweep.sweep([])
+    sweep.config = OmegaConf.merge(hydra_node, OmegaConf.to_container(make_cfg()))
+    sweep.directions = None
+    monkeypatch.setattr(optuna_sweeper, "IN_PROCESS_LAUNCHERS", ())  # a launcher running trials elsewhere: submitit
+    with pytest.raises(UserError, match=r"^hydra\.sweeper\.pruner with a launcher that runs trials in other "
+                                        r"processes needs a shared study; set hydra\.sweeper\.storage"):
+        sweep.sweep([])
+    assert launcher.calls == []

@@ -172,9 +172,8 @@ class OptunaSweep:
                             "direction.")
         space = parse_search_space(self.params, arguments)
         _check_metrics(self.config, space)
-        if self.pruner_cfg is not None and _eval_every(self.config, space) <= 0:  # else every trial fails so
-            raise UserError("hydra.sweeper.pruner needs periodic evals to judge a trial by; set trainer.eval_every "
-                            "to a number of steps.")
+        if self.pruner_cfg is not None:  # else every trial fails so
+            self._check_prunable(space)
         is_grid = "GridSampler" in str(self.sampler_cfg.get("_target_", ""))
         grid = space.grid() if is_grid else {}
         study = self._study(grid, space)
@@ -198,6 +197,21 @@ class OptunaSweep:
             n_trials -= len(trials)
         self._write_results(study, optuna)
         return study
+
+    def _check_prunable(self, space) -> None:
+        """What fails every pruned trial alike, refused once before the study opens (each trial checks again)."""
+        if _eval_every(self.config, space) <= 0:
+            raise UserError("hydra.sweeper.pruner needs periodic evals to judge a trial by; set trainer.eval_every "
+                            "to a number of steps.")
+        if self.storage is None and type(self.launcher).__name__ not in IN_PROCESS_LAUNCHERS:
+            raise UserError("hydra.sweeper.pruner with a launcher that runs trials in other processes needs a shared "
+                            "study; set hydra.sweeper.storage (e.g. sqlite:///${hydra.sweep.dir}/optuna.db).")
+        deciding = ("optimized_metric", "dataset")
+        if "optimized_metric" in self.config and not any(k.lstrip("+~").startswith(deciding)
+                                                         for k in space.distributions):
+            from zoo.tasks import TASKS
+
+            trial_link.prunable_metric(self.config, TASKS[self.config.dataset.task])
 
     def _run(self, study, trials: list, space, optuna, job_dirs=None) -> None:
         """Launch `trials` (consecutive numbers) in one call and tell the study each one's result."""

@@ -75,6 +75,17 @@ def _trial(storage, study_name, number: int, pruner_cfg):
     return optuna.Trial(study, storage_obj.get_trial_id_from_study_id_trial_number(study._study_id, number))
 
 
+def prunable_metric(cfg, task) -> str:
+    """The eval metric a pruner judges a trial by: the objective's, which must be one of the periodic evals'."""
+    metric = str(task.optimized(cfg)).rpartition("/")[2]
+    task_metrics = METRICS[cfg.dataset.task]
+    if metric not in task_metrics:
+        raise UserError(f"hydra.sweeper.pruner needs optimized_metric to name an eval metric "
+                        f"({', '.join(f'validation/{m}' for m in task_metrics if m != 'count')}), got "
+                        f"{cfg.optimized_metric}.")
+    return metric
+
+
 def eval_reporter(cfg, task, hydra_cfg=None):
     """report(step, eval metrics) -> True when the pruner stops this trial; None outside a pruned sweep.
 
@@ -87,13 +98,7 @@ def eval_reporter(cfg, task, hydra_cfg=None):
     pruner_cfg = OmegaConf.select(hydra_cfg, "sweeper.pruner")
     if number is None or pruner_cfg is None:
         return None
-    name = task.optimized(cfg)
-    metric = str(name).rpartition("/")[2]
-    task_metrics = METRICS[cfg.dataset.task]
-    if metric not in task_metrics:
-        raise UserError(f"hydra.sweeper.pruner needs optimized_metric to name an eval metric "
-                        f"({', '.join(f'validation/{m}' for m in task_metrics if m != 'count')}), got "
-                        f"{cfg.optimized_metric}.")
+    metric = prunable_metric(cfg, task)
     if cfg.trainer.eval_every <= 0:
         raise UserError("hydra.sweeper.pruner needs periodic evals to judge a trial by; set trainer.eval_every "
                         "to a number of steps.")
