@@ -303,3 +303,26 @@ def test_report_refuses_jobs_of_different_objectives(tmp_path, capsys):
                                        f"test/accuracy ({tmp_path}/a/0) and test/loss ({tmp_path}/b/0); pass one "
                                        "sweep's directory.\n")
     assert report.main([str(tmp_path / "a")]) == 0  # one sweep's jobs alone
+
+
+def test_a_sweep_dir_holding_another_studys_trials_is_refused(tmp_path, capsys):
+    """Their jobs would share trial numbers, directories and the summary (an MLP study's best beside a CNN's)."""
+    from zoo.sweeps.summary_callback import _refuse_another_objective
+
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)
+    (tmp_path / "0" / ".hydra" / "overrides.yaml").write_text("[]")
+    (tmp_path / "0" / ".hydra" / "config.yaml").write_text("optimized_metric: validation/accuracy\n")
+    OmegaConf.save({"hydra": {"overrides": {"task": ["hparams_search=digits_mlp"]},
+                              "sweeper": {"study_name": "digits_mlp"}}}, tmp_path / "multirun.yaml")
+
+    def config(study):
+        return OmegaConf.create({"optimized_metric": "validation/accuracy", "hydra": {
+            "sweep": {"dir": str(tmp_path)}, "overrides": {"task": [f"hparams_search={study}"]},
+            "sweeper": {"_target_": "zoo.sweeps.optuna_sweeper.OptunaSweeper", "study_name": study}}})
+
+    _refuse_another_objective(config("digits_mlp"))  # the same study continued
+    with pytest.raises(SystemExit) as stopped:
+        _refuse_another_objective(config("digits_cnn"))
+    assert stopped.value.code == 2 and capsys.readouterr().err == (
+        f"error: hydra.sweep.dir={tmp_path} holds the trials of study digits_mlp, and this sweep runs study digits_cnn; "
+        "one summary cannot rank both, so choose a new hydra.sweep.dir.\n")

@@ -64,6 +64,7 @@ def _refuse_another_objective(config: DictConfig) -> None:
     jobs = report.find_job_dirs(str(config.hydra.sweep.dir))
     if not jobs:
         return
+    _refuse_another_study(config)
     task = list(config.hydra.overrides.task)
     reruns_its_jobs = "BasicSweeper" in str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
     if reruns_its_jobs and _same_sweep(task, os.path.join(str(config.hydra.sweep.dir), "multirun.yaml")):
@@ -78,6 +79,17 @@ def _refuse_another_objective(config: DictConfig) -> None:
     if ours is not None and ours != theirs:
         exit_with(UserError(f"hydra.sweep.dir={config.hydra.sweep.dir} holds jobs that optimised {theirs}, and this "
                             f"sweep optimises {ours}; one summary cannot rank both, so choose a new hydra.sweep.dir."))
+
+
+def _refuse_another_study(config: DictConfig) -> None:
+    """An Optuna study's jobs are numbered by its trials: another study's would share the numbers, the
+    directories and the summary of the study the sweep dir holds."""
+    ours, theirs = OmegaConf.select(config, "hydra.sweeper.study_name", default=None), None
+    with contextlib.suppress(Exception):  # no multirun.yaml, or not an Optuna sweep's
+        theirs = OmegaConf.load(os.path.join(str(config.hydra.sweep.dir), "multirun.yaml")).hydra.sweeper.study_name
+    if ours is not None and theirs is not None and str(ours) != str(theirs):
+        exit_with(UserError(f"hydra.sweep.dir={config.hydra.sweep.dir} holds the trials of study {theirs}, and this "
+                            f"sweep runs study {ours}; one summary cannot rank both, so choose a new hydra.sweep.dir."))
 
 
 def _same_sweep(task: list, previous: str) -> bool:
