@@ -386,6 +386,16 @@ def test_trials_whose_jobs_never_ran_fail_and_a_rerun_asks_new_ones(tmp_path):
     make_sweep(tmp_path, launcher, storage=storage, n_trials=2, n_jobs=2).sweep([])
     assert [first for first, _ in launcher.calls] == [2]  # new trials; the failed ones are not run again
 
+    class FailingAfterOneLauncher(RecordingLauncher):  # its first job ended before the launch raised
+        def launch(self, job_overrides, initial_job_idx):
+            save_job_dir(tmp_path, "done", initial_job_idx, "test", results={"objective": 0.5})
+            raise RuntimeError("the cluster refused the second job")
+
+    with pytest.raises(RuntimeError):
+        make_sweep(tmp_path, FailingAfterOneLauncher(), storage=storage, n_trials=2, n_jobs=2).sweep([])
+    trials = optuna.load_study(study_name="test", storage=storage).trials[4:]
+    assert [(t.state.name, t.value) for t in trials] == [("COMPLETE", 0.5), ("FAIL", None)]
+
 
 @pytest.mark.parametrize("ending, state", [(KeyboardInterrupt(), "RUNNING"), (SystemExit(143), "RUNNING"),
                                            (SystemExit(2), "FAIL")])

@@ -224,7 +224,7 @@ class OptunaSweep:
                 returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
         except BaseException as e:
             if not _a_stop(e):  # e.g. an override no config takes: rerun, they would fail again
-                _fail_unrun(study, trials, e, optuna)
+                self._settle_unreturned(study, trials, e, optuna)
             raise
         errors = [e for e in (self._tell(study, t, ret, optuna) for t, ret in zip(trials, returns)) if e]
         if len(errors) > self.max_failure_rate * len(returns):
@@ -270,6 +270,21 @@ class OptunaSweep:
                  f"; {', '.join(map(str, left))} may still be running and stay RUNNING" if left else "")
         for batch in _consecutive_batches(to_run, self.n_jobs):
             self._run(study, batch, space, optuna, job_dirs)
+
+    def _settle_unreturned(self, study, trials: list, error: BaseException, optuna) -> None:
+        """A launch that raised returned no job's result: a trial whose job ended before is told what its files say;
+        the others failed with `error`."""
+        sweep_dir = str(self.config.hydra.sweep.dir)
+        dirs = trial_link.job_dirs(sweep_dir, study.study_name, {t.number for t in trials})
+        unrun = []
+        for trial in trials:
+            outcome, row = ("unfinished", None) if trial.number not in dirs else trial_link.job_outcome(
+                os.path.join(sweep_dir, dirs[trial.number]), sweep_dir)
+            if outcome == "ended":
+                self._tell_ended(study, trial, row, optuna)
+            else:
+                unrun.append(trial)
+        _fail_unrun(study, unrun, error, optuna)
 
     def _tell_ended(self, study, trial, row: dict, optuna) -> None:
         """Tell the study what a stopped trial's job had written (its summary row) before the stop."""
