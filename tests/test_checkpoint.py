@@ -404,3 +404,18 @@ def test_orbax_logs_of_a_file_system_failure_are_left_to_the_one_sentence_the_ru
     assert absl.filter(record(ValueError("tree structures do not match")))  # not the file system's: kept
     assert absl.filter(record(OSError(errno.ENOSPC, "No space left on device"), pathname="/zoo/train.py"))
     assert absl.filter(record(OSError(errno.ENOSPC, "No space"), level=logging.WARNING))
+
+
+def test_resuming_is_said_only_for_a_run_that_goes_on(make_cfg, caplog):
+    import logging
+
+    from zoo.errors import RunRefused
+    from zoo.train import train
+
+    train(make_cfg("debug=smoke"))
+    with caplog.at_level(logging.INFO, logger="zoo"), pytest.raises(RunRefused, match="trained with other settings"):
+        train(make_cfg("debug=smoke", "seed=1"))  # a finished run asked for under another seed
+    assert "resuming from step" not in caplog.text
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        train(make_cfg("debug=smoke", "trainer.max_steps=8"))
+    assert "resuming from step 6 of " in caplog.text

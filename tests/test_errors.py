@@ -140,6 +140,10 @@ BAD_VALUES = [
     ("+optimizer.b1=2", r"optimizer\.b1 must be in \[0, 1\), got 2\."),
     ("+optimizer.b2=1.0", r"optimizer\.b2 must be in \[0, 1\), got 1\.0\."),
     ("+optimizer.b2=-0.1", r"optimizer\.b2 must be in \[0, 1\), got -0\.1\."),
+    ("optimized_metric=[test/accuracy]", r"optimized_metric=\[test/accuracy\] lists one objective; write it alone, "
+                                         r"optimized_metric=test/accuracy, or list two or more\."),
+    ("optimized_metric=[test/accuracy,test/loss,test/accuracy]",
+     r"optimized_metric lists test/accuracy more than once; list each objective once\."),
     ("+optimizer.eps=-1", r"optimizer\.eps must be >= 0, got -1\."),
     ("+optimizer.eps=0", r"optimizer\.eps=0 with optimizer\.eps_root=0 divides a zero gradient by zero; set "
                          r"optimizer\.eps > 0 \(e\.g\. 1e-8\) or optimizer\.eps_root > 0\."),

@@ -137,6 +137,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
             else None
         if restored is not None and recorded is None:  # it trains on, or finishes (its results.json is missing)
             _say_other_settings(cfg, meta, start_step, own, ended)
+            # said once the run is known to go on: a refusal (other settings) is not preceded by it
+            log.info("resuming from step %d of %s", start_step, ckpts.directory if own else cfg.trainer.resume)
     except BaseException:  # refused (other settings, resume=never): release the manager opened above
         if ckpts is not None:
             ckpts.close()

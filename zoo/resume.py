@@ -1,5 +1,4 @@
 """Where a run starts: fresh, or from a checkpoint whose config is compatible with this one."""
-import logging
 import os
 
 from omegaconf import DictConfig, OmegaConf
@@ -10,8 +9,6 @@ from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
 from zoo.targets import check_targets, parameter_defaults
-
-log = logging.getLogger("zoo")
 
 # Settings that change the state's shapes or meaning; a checkpoint taken under others is refused.
 STATE_DEFINING = ("model", "dataset", "optimizer._target_", "schedule", "trainer.clip_norm", "trainer.accumulate")
@@ -157,7 +154,6 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
         raise UserError(f"the checkpoint in {source.directory} does not fit this run's model and optimizer state; "
                         f"it was trained with {settings}: restore those settings or start in a new "
                         "hydra.run.dir.") from None
-    log.info("resuming from step %d of %s", step, source.directory)
     return step, tree, meta
 
 
