@@ -13,7 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-from zoo.errors import UserError
+from zoo.errors import UserError, brief
 
 log = logging.getLogger("zoo")
 
@@ -93,9 +93,8 @@ class Checkpoints:
             raise UserError(f"cannot create checkpoints in {self.directory} ({e.strerror or e}); choose a "
                             "writable hydra.run.dir (or paths.output_dir).") from None
         except ValueError as e:  # orbax reads each step's saved metrics here; one is damaged
-            raise UserError(f"the checkpoints in {self.directory} cannot be opened ({type(e).__name__}: "
-                            f"{str(e).splitlines()[0][:200] if str(e) else ''}); move the damaged step out of it "
-                            "or start in a new hydra.run.dir.") from None
+            raise UserError(f"the checkpoints in {self.directory} cannot be opened ({brief(e)}); move the damaged "
+                            "step out of it or start in a new hydra.run.dir.") from None
 
     def steps(self) -> list:
         return sorted(self.manager.all_steps())
@@ -141,8 +140,7 @@ class Checkpoints:
             restored = self.manager.restore(step, args=args)
         except Exception as e:  # truncated files, changed structure: orbax raises many types
             error = StateMismatch if "tree structures do not match" in str(e) else UserError
-            raise error(f"checkpoint step {step} in {self.directory} cannot be restored "
-                        f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}).") from None
+            raise error(f"checkpoint step {step} in {self.directory} cannot be restored ({brief(e)}).") from None
         expected = [(np.shape(x), np.result_type(x)) for x in jax.tree.leaves(target)]
         found = [(np.shape(x), np.result_type(x)) for x in jax.tree.leaves(restored.state)]
         if expected != found:  # orbax restores numpy targets without checking shapes

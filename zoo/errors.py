@@ -26,6 +26,13 @@ class Interrupted(UserError):
     exit_code = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 
+def brief(e: BaseException) -> str:
+    """'TypeName: the first line of its message' (200 characters at most), for a sentence that names a library's
+    error without its traceback."""
+    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
 def exit_with(error: UserError):
     """End the command with the error's one sentence on stderr and its exit code."""
     print(f"error: {error}", file=sys.stderr)

@@ -4,7 +4,6 @@ are optax composition.
 With `trainer.accumulate=N` a step is one micro-batch of `trainer.batch_size`: optax.MultiSteps averages N
 micro-batch gradients and applies one update every N steps, so the schedule counts updates (total_steps / N).
 """
-import inspect
 import re
 
 import jax
@@ -13,7 +12,7 @@ import optax
 from zoo.config import is_number
 from zoo.ema import params_ema
 from zoo.errors import UserError
-from zoo.targets import safe_instantiate
+from zoo.targets import safe_instantiate, target_parameters
 
 
 def check_run_length(cfg, total_steps: int, steps_per_epoch: int) -> None:
@@ -95,11 +94,7 @@ def _integer_parameters(optimizer_cfg) -> set:
     """The optimizer factory's integer parameters (a factored dimension, a step count, a seed): an int default
     or an int annotation (`warmup_steps: Optional[int] = None`). They may decide shapes or Python branches, so
     they cannot be traced values."""
-    try:
-        factory = safe_instantiate(optimizer_cfg, "optimizer", _partial_=True).func
-        parameters = inspect.signature(factory).parameters
-    except (UserError, TypeError, ValueError):  # a bad target fails its own run later, with its own message
-        return set()
+    parameters = target_parameters(optimizer_cfg)  # {} for a bad target: it fails its own run later, with its message
     return {name for name, p in parameters.items() if type(p.default) is int or _annotated_int(p.annotation)}
 
 

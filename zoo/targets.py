@@ -130,13 +130,19 @@ def _parameters(obj) -> dict:
     return parameters
 
 
-def parameter_defaults(node) -> dict:
-    """{name: default} of the plain (number, bool, string, None) defaults of what `node`'s `_target_` builds: the
-    values a run used for the settings its config leaves out. {} for no target or one that is not allowed."""
+def target_parameters(node) -> dict:
+    """{name: inspect.Parameter} of what `node`'s `_target_` builds, read without building it; {} for no target or
+    one that is not allowed."""
     target = node.get("_target_") if isinstance(node, (dict, DictConfig)) else None
     if _refusal(target) is not None:
         return {}
-    return {name: p.default for name, p in _parameters(_resolve_loaded(target)).items()
+    return _parameters(_resolve_loaded(target))
+
+
+def parameter_defaults(node) -> dict:
+    """{name: default} of the plain (number, bool, string, None) defaults of what `node`'s `_target_` builds: the
+    values a run used for the settings its config leaves out."""
+    return {name: p.default for name, p in target_parameters(node).items()
             if p.default is None or isinstance(p.default, (bool, int, float, str))}
 
 

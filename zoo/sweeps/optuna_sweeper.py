@@ -15,7 +15,7 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from zoo.errors import UserError
+from zoo.errors import UserError, brief
 from zoo.loop import TrialPruned
 from zoo.sweeps import trial_link
 from zoo.sweeps.search_space import parse_search_space
@@ -147,9 +147,8 @@ class OptunaSweep:
             study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=sampler,
                                         pruner=pruner, directions=self.directions, load_if_exists=True)
         except Exception as e:  # noqa: BLE001 — a path, a URL or a database SQLAlchemy refuses, in its own types
-            first = str(e).splitlines()[0][:200] if str(e) else ""
-            raise UserError(f"hydra.sweeper.storage={self.storage} cannot be opened ({type(e).__name__}: {first}); "
-                            "set it to sqlite:///<a writable path>.db or null (in memory).") from None
+            raise UserError(f"hydra.sweeper.storage={self.storage} cannot be opened ({brief(e)}); set it to "
+                            "sqlite:///<a writable path>.db or null (in memory).") from None
         _check_same_choices(study, space.distributions)
         stored = [d.name.lower() for d in study.directions]
         if stored != self.directions:  # Optuna loads an existing study as it was created, whatever asked for
@@ -392,8 +391,7 @@ def _fail_unrun(study, trials: list, error: BaseException, optuna) -> None:
     """Tell the study that `trials` (asked, never run) failed, with why: left RUNNING, a rerun would run them."""
     for t in trials:
         trial = optuna.Trial(study, t._trial_id)
-        trial.set_user_attr("fail_reason", f"not run: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
-                            if str(error) else f"not run: {type(error).__name__}")
+        trial.set_user_attr("fail_reason", f"not run: {brief(error)}")
         OptunaSweep._finish(study, trial, state=optuna.trial.TrialState.FAIL)
 
 
