@@ -773,6 +773,26 @@ def test_hydras_own_files_in_the_way_are_one_sentence(tmp_path, capsys):
     assert err.startswith(f"error: something is in the way at {tmp_path}/") and err.endswith("hydra.sweep.dir.\n")
 
 
+def test_a_file_where_a_sweeps_job_folder_goes_is_one_sentence(tmp_path, capsys):
+    """Hydra makes each job's folder <sweep dir>/<job number> before the task: a file there was its traceback."""
+    from omegaconf import OmegaConf
+
+    (tmp_path / "0").write_text("")
+    (tmp_path / "notes").write_text("")  # no job's folder: left alone
+
+    def sweep(subdir):
+        return OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path), "subdir": subdir}, "output_subdir": ".hydra",
+                                           "job": {"name": "train"}}})
+
+    with pytest.raises(SystemExit) as exit_:
+        RunDirCheck().on_multirun_start(sweep("${hydra.job.num}"))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"error: something is in the way at {tmp_path / '0'} (a file where job 0 of a "
+                                       "sweep keeps its run); move it, or choose another hydra.sweep.dir.\n")
+    RunDirCheck().on_multirun_start(sweep("${hydra.job.override_dirname}"))  # no job is named 0 there
+    assert capsys.readouterr().err == ""
+
+
 def test_a_run_dir_inside_a_runs_checkpoints_is_refused(tmp_path, capsys):
     """Orbax would take the command's files there for a step, and delete them with the run's old steps."""
     from omegaconf import OmegaConf

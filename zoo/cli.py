@@ -120,7 +120,11 @@ class RunDirCheck(Callback):
         _exit_if_in_use(sweep, "hydra.sweep.dir", config)
         global _sweep_dir
         _sweep_dir = os.path.abspath(sweep)
+        numbered = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}"
         for job in os.listdir(sweep):  # a rerun in the same sweep dir: its jobs' dirs
+            if numbered and job.isdigit() and not os.path.isdir(os.path.join(sweep, job)):
+                exit_with(UserError(f"something is in the way at {os.path.join(sweep, job)} (a file where job {job} "
+                                    "of a sweep keeps its run); move it, or choose another hydra.sweep.dir."))
             _exit_if_in_the_way(os.path.join(sweep, job), config, "hydra.sweep.dir")
             run_record.remember(os.path.join(sweep, job), config.hydra.output_subdir)
 

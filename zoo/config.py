@@ -422,7 +422,7 @@ def validate_metrics(cfg: DictConfig) -> None:
                  f"or use one of {choices}.")
         _require((split in splits and metric in METRICS[task]) or name in RUN_METRICS,
                  f"optimized_metric={name} is not a result of a {task} run; use one of {choices} "
-                 f"(or {', '.join(RUN_METRICS)} as a further objective of a multi-objective sweep).")
+                 f"(or a figure of the run itself, {' or '.join(RUN_METRICS)}, usually beside another objective).")
     metric = cfg.checkpoint.metric
     _require(metric is None or metric in METRICS[task],
              f"checkpoint.metric={metric} is not a {task} metric; use one of {list(METRICS[task])} or null.")
