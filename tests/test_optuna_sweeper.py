@@ -263,6 +263,10 @@ def test_with_resume_never_a_stopped_trial_fails_and_new_ones_follow(tmp_path, r
     ({"direction": "up"}, "hydra.sweeper.direction must be minimize, maximize or a list of them"),
     ({"params": {"optimizer.learning_rate": "interval(1e-3, 1e-1)"}, "sampler": GridSamplerConfig()},
      r"hydra\.sweeper\.params\.optimizer\.learning_rate is a continuous interval"),
+    ({"params": {"optimizer.learning_rate": "interval(1, 0)"}}, r"^optimizer\.learning_rate=interval\(1, 0\) "
+                                                                r"cannot be searched: .*low <= high"),
+    ({"params": {"optimizer.learning_rate": "tag(log, interval(0, 1))"}}, r"cannot be searched: .*low > 0"),
+    ({"params": {"trainer.batch_size": "range(4, 4)"}}, r"^trainer\.batch_size=range\(4, 4\) is an empty range"),
 ])
 def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, settings, message, runs_jobs_here):
     settings = {k: OmegaConf.structured(v) if k in ("sampler", "pruner") else v for k, v in settings.items()}

@@ -12,7 +12,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, Transformer
 from hydra.errors import HydraException
 
-from zoo.errors import UserError
+from zoo.errors import UserError, brief
 
 
 @dataclass
@@ -49,7 +49,7 @@ def _distribution(override: Override):
         # Hydra's range excludes `stop`, Optuna's includes `high`: the last value is the last one range yields.
         values = list(override.sweep_iterator())
         if not values:
-            raise UserError(f"{key}={override.get_value_element_as_str()} is an empty range; widen it.")
+            raise UserError(f"{override.input_line} is an empty range; widen it.")  # (a sweep has no value string)
         if any(isinstance(v, float) for v in (value.start, value.stop, value.step)):
             return FloatDistribution(float(values[0]), float(values[-1]), step=float(value.step))
         return IntDistribution(int(values[0]), int(values[-1]), step=int(value.step))
@@ -60,6 +60,15 @@ def _distribution(override: Override):
         return FloatDistribution(float(value.start), float(value.end), log=log)
     raise UserError(f"{override.input_line} is a sweep the Optuna sweeper cannot sample; use interval(...), "
                     "tag(log, interval(...)), choice(...) or range(...).")
+
+
+def _checked_distribution(override: Override):
+    """Optuna's own checks on a range (low <= high, low > 0 on a log scale) are the user's input to change."""
+    try:
+        return _distribution(override)
+    except ValueError as e:
+        raise UserError(f"{override.input_line} cannot be searched: {brief(e).rstrip('.')}; change the range of "
+                        f"{override.get_key_element()}.") from None
 
 
 def parse_search_space(params: dict, arguments: list) -> SearchSpace:
@@ -75,7 +84,7 @@ def parse_search_space(params: dict, arguments: list) -> SearchSpace:
         space.distributions.pop(key, None)  # a later override of the same key replaces the earlier one
         space.fixed.pop(key, None)
         if override.is_sweep_override():
-            space.distributions[key] = _distribution(override)
+            space.distributions[key] = _checked_distribution(override)
         else:
             space.fixed[key] = override.input_line
     return space
