@@ -106,6 +106,21 @@ def test_a_job_run_again_in_its_directory_is_summarised_by_how_it_ends_now(tmp_p
     assert "| 1 | 1 | completed |" in (tmp_path / "summary.md").read_text()
 
 
+def test_jobs_of_one_sweep_that_optimised_different_objectives_are_not_ranked_together(tmp_path, caplog):
+    """`dataset=diabetes,digits`: ranked on the first job's test/loss, digits' accuracy 0.16 stood as the best
+    loss; the summary written after the first job alone would stand for the whole sweep."""
+    callback = SweepSummary()
+    write_job(tmp_path, "0", ["dataset=diabetes"], results=completed(2.5), metric="test/loss", direction="minimize")
+    job_end(callback, tmp_path, "0")
+    assert (tmp_path / "summary.md").exists()
+    write_job(tmp_path, "1", ["dataset=digits"], results=completed(0.16))
+    job_end(callback, tmp_path, "1")
+    callback.on_multirun_end(job_config(tmp_path, "1"))
+    assert not any((tmp_path / f"summary.{ext}").exists() for ext in ("csv", "md", "png"))
+    assert (f"no sweep summary: the jobs under {tmp_path} optimised different objectives, test/loss "
+            f"({tmp_path}/0) and test/accuracy ({tmp_path}/1); set optimized_metric") in caplog.text
+
+
 def test_a_grid_stopped_after_its_first_job_shows_what_it_swept_and_how_many_jobs_it_asked_for(tmp_path):
     (tmp_path / "multirun.yaml").write_text(
         "hydra:\n  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper\n"

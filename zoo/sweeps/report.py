@@ -50,13 +50,20 @@ def objective_name(cfg) -> str | list:
     return name if isinstance(name, str) else [str(n) for n in name]
 
 
-def mixed_objectives(jobs: list) -> str | None:
+class MixedObjectives(ValueError):
+    """One sweep's jobs optimised different objectives (a grid over datasets of different tasks, or over
+    dataset.validation_fraction): ranked together, one's accuracy would stand as another's loss."""
+
+
+def mixed_objectives(jobs: list, names: dict = None) -> str | None:
     """'validation/accuracy (<a job dir>) and test/loss (<another>)' when `jobs` optimised different objectives,
-    else None: one summary cannot rank them together."""
+    else None: one summary cannot rank them together. `names` keeps each job's objective between calls."""
+    names = {} if names is None else names
     seen = {}
     for job in jobs:
-        name = objective_name(OmegaConf.load(os.path.join(job, ".hydra", "config.yaml")))
-        seen.setdefault(str(name), job)
+        if job not in names:
+            names[job] = str(objective_name(OmegaConf.load(os.path.join(job, ".hydra", "config.yaml"))))
+        seen.setdefault(names[job], job)
     if len(seen) < 2:
         return None
     return " and ".join(f"{name} ({job})" for name, job in list(seen.items())[:2])
@@ -70,6 +77,10 @@ def collect(root: str, known: dict = None) -> dict:
     the rows of finished jobs, so each finished job's files are read once, not once per summary."""
     known = {} if known is None else known
     jobs = find_job_dirs(root)
+    mixed = mixed_objectives(jobs, known.setdefault("names", {}))
+    if mixed:
+        raise MixedObjectives(f"the jobs under {root} optimised different objectives, {mixed}; set optimized_metric "
+                              "to one metric every job reports to rank them in one summary.")
     if jobs and "objective" not in known:
         known["objective"] = objective_and_direction(jobs[0])
     name, direction = known.get("objective", ("objective", "maximize"))
@@ -202,7 +213,13 @@ def write_summary(root: str, plot: bool = True, known: dict = None, draw_plot=pl
     """summary.csv and summary.md, and summary.png if `plot` (matplotlib costs more than the table: ~0.2 s),
     drawn by `draw_plot(summary, path)`."""
     with _one_writer_at_a_time(root):
-        s = collect(root, known)
+        try:
+            s = collect(root, known)
+        except MixedObjectives:  # a table written before the jobs differed would rank a part of them as the whole
+            for name in ("summary.csv", "summary.md", "summary.png"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(root, name))
+            raise
         write_csv(s, os.path.join(root, "summary.csv"))
         write_markdown(s, os.path.join(root, "summary.md"))
         if plot:

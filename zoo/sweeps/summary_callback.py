@@ -121,8 +121,9 @@ class SweepSummary(Callback):
         if config.hydra.mode != RunMode.MULTIRUN:
             return
         job_dir, rows = os.path.abspath(config.hydra.runtime.output_dir), self.known.get("rows", {})
-        for key in [k for k in rows if os.path.abspath(k) == job_dir]:
-            del rows[key]
+        for known in (rows, self.known.get("names", {})):
+            for key in [k for k in known if os.path.abspath(k) == job_dir]:
+                del known[key]
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
         if config.hydra.mode != RunMode.MULTIRUN:
@@ -165,6 +166,9 @@ class SweepSummary(Callback):
 def _summarise(sweep_dir: str, plot: bool, known: dict):
     try:  # summary.png is drawn after the jobs' curves, by the process that draws those
         return report.write_summary(sweep_dir, plot, known, draw_plot=draw_summary_plot)
+    except report.MixedObjectives as e:  # rebuilding it by hand would be refused the same way
+        log.warning("no sweep summary: %s", e)
+        return None
     except Exception as e:  # noqa: BLE001 — a summary problem must never fail a trial or a finished sweep
         log.warning("could not write the sweep summary in %s: %s (rebuild it with `python -m zoo.sweeps.report`)",
                     sweep_dir, e)
