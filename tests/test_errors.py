@@ -815,6 +815,29 @@ def test_a_run_dir_inside_a_runs_checkpoints_is_refused(tmp_path, capsys):
     assert elsewhere.is_dir()
 
 
+def test_a_run_in_a_sweeps_root_and_a_sweep_in_a_runs_directory_are_refused(tmp_path, capsys):
+    """A sweep's summary lists the job directories below its root, stopping at the first: a run in the root
+    stood as the sweep's only job, and a sweep in a run's directory listed that run alone, not its own jobs."""
+    from omegaconf import OmegaConf
+
+    sweep, run = tmp_path / "sweep", tmp_path / "run"
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("[]\n")
+    for setting, path, message in [
+            ("hydra.run.dir", sweep, "is a multirun's directory, whose summary would list this run in place of its "
+                                     "jobs"),
+            ("hydra.sweep.dir", run, "holds a run, which this sweep's summary would list in place of its jobs")]:
+        key = setting.split(".")[1]
+        config = OmegaConf.create({"hydra": {key: {"dir": str(path)}, "output_subdir": ".hydra"}})
+        with pytest.raises(SystemExit) as exit_:
+            (RunDirCheck().on_run_start if key == "run" else RunDirCheck().on_multirun_start)(config)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == f"error: {setting}={path} {message}; choose another {setting}.\n"
+    assert sorted(p.name for p in sweep.iterdir()) == ["0", "multirun.yaml"]  # refused before Hydra wrote there
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the interrupt Python drops
 def test_a_ctrl_c_python_lost_before_training_still_stops_the_run(make_cfg, capsys):
     """Raised inside a garbage-collection callback (JAX runs one while compiling), a KeyboardInterrupt is only

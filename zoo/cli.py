@@ -107,6 +107,9 @@ class RunDirCheck(Callback):
         _exit_if_inside_checkpoints(run_dir, "hydra.run.dir")
         _exit_if_unwritable(run_dir, "hydra.run.dir")
         _exit_if_in_the_way(run_dir, config, "hydra.run.dir")
+        if os.path.isfile(os.path.join(run_dir, "multirun.yaml")):  # the summary stops at the first job dir down
+            exit_with(UserError(f"hydra.run.dir={run_dir} is a multirun's directory, whose summary would list this run "
+                                "in place of its jobs; choose another hydra.run.dir."))
         if self.reads_runs and holds_training_run(run_dir):
             exit_with(UserError(f"hydra.run.dir={run_dir} holds a training run, whose .hydra/ record this command "
                                 "would replace; leave hydra.run.dir unset or choose a directory without a run."))
@@ -117,6 +120,9 @@ class RunDirCheck(Callback):
         _exit_if_inside_checkpoints(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
+        if os.path.isfile(os.path.join(sweep, ".hydra", "overrides.yaml")):  # as report.find_job_dirs tells a job
+            exit_with(UserError(f"hydra.sweep.dir={sweep} holds a run, which this sweep's summary would list in place "
+                                "of its jobs; choose another hydra.sweep.dir."))
         _exit_if_in_use(sweep, "hydra.sweep.dir", config)
         global _sweep_dir
         _sweep_dir = os.path.abspath(sweep)
