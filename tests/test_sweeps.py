@@ -305,6 +305,30 @@ def test_report_refuses_jobs_of_different_objectives(tmp_path, capsys):
     assert report.main([str(tmp_path / "a")]) == 0  # one sweep's jobs alone
 
 
+def test_a_sweep_dir_above_other_sweeps_is_refused(tmp_path, capsys):
+    """hydra.sweep.dir=multirun (the folder of the dated sweeps): its summary ranked their jobs with its own and
+    named one of theirs the best."""
+    from zoo.sweeps.summary_callback import SweepSummary
+
+    old = tmp_path / "2026-01-01" / "12-00-00"
+    (old / "0" / ".hydra").mkdir(parents=True)
+    (old / "0" / ".hydra" / "overrides.yaml").write_text("[]")
+    (old / "0" / ".hydra" / "config.yaml").write_text("optimized_metric: test/accuracy\n")
+    (old / "multirun.yaml").write_text("hydra: {}\n")
+
+    def config(sweep_dir):
+        return OmegaConf.create({"optimized_metric": "test/accuracy", "hydra": {
+            "sweep": {"dir": str(sweep_dir)}, "overrides": {"task": ["seed=0,1"]},
+            "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"}}})
+
+    with pytest.raises(SystemExit) as stopped:
+        SweepSummary().on_multirun_start(config(tmp_path))
+    assert stopped.value.code == 2 and capsys.readouterr().err == (
+        f"error: hydra.sweep.dir={tmp_path} holds another sweep ({old}), whose jobs this sweep's summary would rank "
+        "with its own; choose a new hydra.sweep.dir.\n")
+    SweepSummary().on_multirun_start(config(old))  # that sweep run again in its own dir
+
+
 def test_a_sweep_dir_holding_another_studys_trials_is_refused(tmp_path, capsys):
     """Their jobs would share trial numbers, directories and the summary (an MLP study's best beside a CNN's)."""
     from zoo.sweeps.summary_callback import _refuse_another_objective

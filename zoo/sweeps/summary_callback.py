@@ -81,6 +81,16 @@ def _refuse_another_objective(config: DictConfig) -> None:
                             f"sweep optimises {ours}; one summary cannot rank both, so choose a new hydra.sweep.dir."))
 
 
+def _refuse_other_sweeps(sweep_dir: str) -> None:
+    """A sweep dir above other sweeps (hydra.sweep.dir=multirun): its summary lists every job below it, theirs too."""
+    for path, subdirs, files in os.walk(sweep_dir):
+        if path != sweep_dir and "multirun.yaml" in files:
+            exit_with(UserError(f"hydra.sweep.dir={sweep_dir} holds another sweep ({path}), whose jobs this sweep's "
+                                "summary would rank with its own; choose a new hydra.sweep.dir."))
+        if os.path.isfile(os.path.join(path, ".hydra", "overrides.yaml")):
+            subdirs.clear()  # a job's own folders (checkpoints, tensorboard) hold no sweeps
+
+
 def _refuse_another_study(config: DictConfig) -> None:
     """An Optuna study's jobs are numbered by its trials: another study's would share the numbers, the
     directories and the summary of the study the sweep dir holds."""
@@ -114,6 +124,7 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Optuna opens sqlite:///<sweep dir>/optuna.db before the launcher creates the sweep dir.
         os.makedirs(config.hydra.sweep.dir, exist_ok=True)
+        _refuse_other_sweeps(str(config.hydra.sweep.dir))
         _refuse_another_objective(config)
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
