@@ -65,12 +65,9 @@ def _refuse_another_objective(config: DictConfig) -> None:
     if not jobs:
         return
     _refuse_another_study(config)
-    task = list(config.hydra.overrides.task)
-    reruns_its_jobs = "BasicSweeper" in str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-    if reruns_its_jobs and _same_sweep(task, os.path.join(str(config.hydra.sweep.dir), "multirun.yaml")):
-        return  # the grid run again, only ranked by another objective: its finished jobs report under it (a study
-        # would add trials to one that optimised the other)
-    overrides = OverridesParser.create().parse_overrides(task)
+    # the same grid run again with another objective too: its finished jobs keep the record, and so the
+    # objective, they were trained under
+    overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     if any(o.is_sweep_override() and o.get_key_element().lstrip("+~") in OBJECTIVE_KEYS for o in overrides):
         return  # each job's objective is its own value of the swept key, not the config's
     theirs, ours = report.objective_name(OmegaConf.load(os.path.join(jobs[0], ".hydra", "config.yaml"))), None
@@ -100,20 +97,6 @@ def _refuse_another_study(config: DictConfig) -> None:
     if ours is not None and theirs is not None and str(ours) != str(theirs):
         exit_with(UserError(f"hydra.sweep.dir={config.hydra.sweep.dir} holds the trials of study {theirs}, and this "
                             f"sweep runs study {ours}; one summary cannot rank both, so choose a new hydra.sweep.dir."))
-
-
-def _same_sweep(task: list, previous: str) -> bool:
-    """Whether the command that last ran in the sweep dir (its multirun.yaml) had these overrides, the objective
-    aside."""
-    try:
-        before = list(OmegaConf.load(previous).hydra.overrides.task)
-    except Exception:  # noqa: BLE001 — none, or unreadable: not known to be the same sweep
-        return False
-
-    def sweep(overrides):
-        return sorted(o for o in map(str, overrides) if o.partition("=")[0].lstrip("+~") != "optimized_metric")
-
-    return sweep(before) == sweep(task)
 
 
 class SweepSummary(Callback):
