@@ -237,6 +237,20 @@ def test_a_signature_that_is_not_its_models_is_refused(exported_run, tmp_path, c
         predict(predict_cfg(f"run_dir={tmp_path}", f"input={tmp_path / 'x.npy'}"))
 
 
+def test_predict_refuses_an_output_that_is_its_input_or_the_export(exported_run, tmp_path):
+    """output= replaces the file it names: the input, or the export's own files, would be lost."""
+    run_dir, cfg = exported_run
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    kept = {path: path.read_bytes() for path in (tmp_path / "x.npy", run_dir / "export" / "model.jax",
+                                                 run_dir / "export" / "signature.json")}
+    for output, what in ((tmp_path / "x.npy", "input"), (run_dir / "export" / "model.jax", "export's model.jax"),
+                         (run_dir / "export" / "signature.json", "export's signature.json")):
+        with pytest.raises(UserError, match=rf"^output={re.escape(str(output))} is the {what}, which the "
+                                            r"predictions would replace; name another \.csv file"):
+            predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}", f"output={output}"))
+    assert all(path.read_bytes() == data for path, data in kept.items())
+
+
 def test_predict_without_an_export_or_arguments(tmp_path):
     with pytest.raises(UserError, match=r"run_dir and input are required: python predict\.py run_dir="):
         predict(predict_cfg())

@@ -34,6 +34,19 @@ def _check_command(cfg: DictConfig) -> None:
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             raise UserError(f"output={cfg.output} cannot be written: {parent} is not a writable directory; "
                             "choose another output or leave it out to print to stdout.")
+        _refuse_output_over_what_it_reads(cfg)
+
+
+def _refuse_output_over_what_it_reads(cfg: DictConfig) -> None:
+    """The predictions replace whatever file `output` names: the input itself, or the export they come from,
+    would be lost for good."""
+    export_dir = os.path.join(cfg.run_dir, "export")
+    read = {"input": cfg.input, "export's model.jax": os.path.join(export_dir, "model.jax"),
+            "export's signature.json": os.path.join(export_dir, "signature.json")}
+    for what, path in read.items():
+        if os.path.exists(cfg.output) and os.path.exists(path) and os.path.samefile(cfg.output, path):
+            raise UserError(f"output={cfg.output} is the {what}, which the predictions would replace; name another "
+                            ".csv file to write, or leave output out to print to stdout.")
 
 
 def load_export(run_dir: str):
