@@ -210,5 +210,7 @@ def restore_latest_good(ckpts: Checkpoints, target, steps=None, hint="start in a
         except UserError as e:
             if len(steps) == 1:
                 raise
+            if not os.path.isdir(os.path.join(ckpts.directory, str(step))):
+                continue  # deleted while being read by a run still training, which saves newer ones: not damage
             log.warning("%s Falling back to the previous checkpoint.", e)
     raise UserError(f"no checkpoint in {ckpts.directory} can be restored (tried steps {steps}); {hint}")
