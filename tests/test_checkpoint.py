@@ -96,6 +96,23 @@ def test_preempted_then_resumed_is_bitwise_identical_to_uninterrupted(make_cfg, 
     assert records(make_cfg(out="whole").paths.output_dir) == records(make_cfg(out="resumed").paths.output_dir)
 
 
+def test_a_finished_run_stopped_while_lengthened_keeps_no_results_of_a_state_it_replaced(make_cfg, monkeypatch):
+    """Lengthened, a finished run trains past the state its results.json reports; stopped on the way, that
+    results.json would stand beside checkpoints of other steps (eval.py's `final` would not be what it reports)."""
+    common = ["debug=smoke", "trainer.checkpoint_every=2", "checkpoint.keep=1"]
+    train(make_cfg(*common))
+    run_dir = pathlib.Path(make_cfg().paths.output_dir)
+    assert json.loads((run_dir / "results.json").read_text())["steps"] == 6
+    with monkeypatch.context() as patch:
+        stop_at_step(patch, 8)
+        with pytest.raises(Preempted):
+            train(make_cfg(*common, "trainer.max_steps=12"))
+    assert not (run_dir / "results.json").exists()
+    assert 6 not in Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()  # the state it reported is gone
+    assert train(make_cfg(*common, "trainer.max_steps=12"))["steps"] == 12
+    assert json.loads((run_dir / "results.json").read_text())["steps"] == 12
+
+
 @pytest.mark.parametrize("stopping", [[], ["trainer.early_stopping.patience=1", "dataset.validation_fraction=0.2"]],
                          ids=["plain", "early-stopping"])
 def test_a_run_stopped_after_its_final_checkpoint_finishes_as_if_uninterrupted(make_cfg, stopping):

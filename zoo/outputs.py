@@ -165,6 +165,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     if privacy:
         logger = EpsilonLogger(logger, privacy)
     run_record.accepted(out_dir)  # from here on, .hydra/ describes this run, whatever ends it
+    if restored is not None and is_primary() and os.path.exists(results_path):
+        _withdraw_results(results_path, start_step)
     saver = _saver(cfg, ckpts, stream, total_steps, early, start_step)
     return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
                       start_step, host_state, sums, early)
@@ -287,6 +289,14 @@ def _result_value(name: str, results: dict) -> float:
     if not np.isfinite(value):  # a sweeper given NaN would end the whole sweep; raising fails this trial only
         raise NonFiniteLoss(f"the objective {name} is {value}; lower optimizer.learning_rate or set trainer.clip_norm.")
     return value
+
+
+def _withdraw_results(results_path: str, start_step: int) -> None:
+    """A finished run trained on (a larger trainer.epochs or max_steps): its results.json reports the state of
+    step `start_step`, whose checkpoint the run's newer ones replace. Stopped before its new end, the directory
+    would hold results no checkpoint has; the run's end writes them anew."""
+    os.remove(results_path)
+    log.info("results.json of step %d is withdrawn while the run trains on; its end writes it again", start_step)
 
 
 def _has_entries(directory: str) -> bool:
