@@ -1,6 +1,7 @@
 """Catalog datasets through tfds.testing.mock_data; the offline failure message; embedded split contracts."""
 import importlib.util
 import json
+import socket
 
 import numpy as np
 import pytest
@@ -43,6 +44,24 @@ def test_catalog_dataset_offline_says_what_to_do(make_cfg, tmp_path, monkeypatch
                                         rf"downloaded \({cause}"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
     assert calls == ([False, True] if resolves else [False])  # prepared data first, then a download if any
+
+
+def test_a_proxy_that_does_not_answer_counts_as_no_network(make_cfg, tmp_path, monkeypatch):
+    """With a proxy set, names are resolved by the proxy: it is the proxy that must answer, or TFDS retries the
+    download through it for minutes."""
+    for variable in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{server.getsockname()[1]}")
+        assert sources._network_reachable()
+    monkeypatch.setattr(tfds, "data_source", lambda *args, download, **kwargs: pytest.fail("downloads") if download
+                        else (_ for _ in ()).throw(ConnectionError("not prepared")))
+    cfg = make_cfg("dataset=mnist", f"paths.data_dir={tmp_path / 'empty'}")  # the port is closed now
+    with pytest.raises(UserError, match=r"could not be downloaded \(ConnectionError: no network: the proxy "
+                                        r"http://127\.0\.0\.1:\d+ does not answer\); on a machine with internet"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
 
 
 def _stand_in_for_mnist(make_cfg, data_dir):

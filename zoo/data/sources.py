@@ -7,6 +7,7 @@ preparation is never taken for a dataset: the next run prepares again.
 import os
 import socket
 import threading
+import urllib.parse
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -18,6 +19,7 @@ from zoo.errors import Interrupted, UserError
 tfds.disable_progress_bar()
 SPLITS = ("train", "test")
 PROBE_HOST = "storage.googleapis.com"  # TFDS's own bucket and the MNIST mirror
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 # Given a data_dir, TFDS prepares tfrecord by default, which has no random access.
 RANDOM_ACCESS = {"file_format": "array_record"}
 
@@ -66,19 +68,46 @@ def _refuse_an_empty_split(cfg, builder) -> None:
 
 
 def _network_reachable(timeout: float = 5.0) -> bool:
-    """False when the download host does not even resolve: TFDS would retry for minutes before failing."""
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")):
-        return True  # a proxy resolves names for us
+    """False when the download host does not even resolve, or the proxy set for downloads does not accept a
+    connection: TFDS would retry for minutes before failing."""
+    proxy = _proxy()
+    check = (lambda: _answers(proxy, timeout)) if proxy else (lambda: _resolves(PROBE_HOST))
     resolved = []
-    probe = threading.Thread(target=lambda: resolved.append(_resolves(PROBE_HOST)), daemon=True)
+    probe = threading.Thread(target=lambda: resolved.append(check()), daemon=True)
     probe.start()
     probe.join(timeout)
     return bool(resolved and resolved[0])
 
 
+def _proxy():
+    """The proxy downloads go through, or None (then names are resolved here)."""
+    return next((os.environ[v] for v in PROXY_VARIABLES if os.environ.get(v)), None)
+
+
+def _offline() -> str:
+    proxy = _proxy()
+    return f"no network: the proxy {proxy} does not answer" if proxy else f"no network: {PROBE_HOST} does not resolve"
+
+
 def _resolves(host: str) -> bool:
     try:
         return bool(socket.getaddrinfo(host, 443))
+    except OSError:
+        return False
+
+
+def _answers(proxy: str, timeout: float) -> bool:
+    """Whether the proxy accepts a connection; one this cannot parse is left for the download to judge."""
+    url = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    try:
+        port = url.port or {"https": 443, "socks5": 1080, "socks5h": 1080}.get(url.scheme, 80)
+    except ValueError:
+        return True
+    if not url.hostname:
+        return True
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return True
     except OSError:
         return False
 
@@ -124,7 +153,7 @@ def _open_catalog(cfg, data_dir: str):
     except Exception:  # noqa: BLE001 — a name with a version or config (mnist:3.*.*): the download decides
         pass
     if not _network_reachable():
-        raise _catalog_error(cfg, data_dir, ConnectionError(f"no network: {PROBE_HOST} does not resolve"))
+        raise _catalog_error(cfg, data_dir, ConnectionError(_offline()))
     try:
         return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=True,
                                 builder_kwargs=RANDOM_ACCESS)
