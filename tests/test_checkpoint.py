@@ -176,6 +176,26 @@ def test_eval_of_a_run_still_training_reads_its_newer_checkpoints(make_cfg, tmp_
     assert "cannot be restored" not in caplog.text  # steps the trainer deleted are not reported as damaged
 
 
+def test_eval_of_a_run_replacing_its_checkpoints_faster_than_they_are_read_says_so(make_cfg, tmp_path, monkeypatch):
+    """Each read finds the steps it chose replaced (a run checkpointing every few steps): the last failure is
+    the run still training, not a damaged checkpoint."""
+    import zoo.evaluate
+
+    for out, steps in (("run", 6), ("b", 12), ("c", 18), ("d", 24)):
+        train(make_cfg("debug=smoke", "trainer.checkpoint_every=2", f"trainer.max_steps={steps}", out=out))
+    run_dir, real, later = tmp_path / "run", zoo.evaluate.restore_latest_good, ["b", "c", "d"]
+
+    def trainer_moves_on(ckpts, target, steps, **kwargs):
+        shutil.rmtree(run_dir / "checkpoints")
+        shutil.copytree(tmp_path / later.pop(0) / "checkpoints", run_dir / "checkpoints")
+        return real(ckpts, target, steps, **kwargs)
+
+    monkeypatch.setattr(zoo.evaluate, "restore_latest_good", trainer_moves_on)
+    with pytest.raises(UserError, match=r"^run_dir=.*/run is still training and replaced checkpoint step\(s\) "
+                                        r"\[14, 16, 18\] while they were read, 3 times in a row; run the command"):
+        evaluate(eval_cfg(make_cfg, run_dir))
+
+
 @pytest.mark.parametrize("batch_size,rows", [(5, 5), (10**6, 359)], ids=["small", "larger-than-the-split"])
 def test_eval_batches_are_trainer_batch_size_up_to_the_split(make_cfg, tmp_path, monkeypatch, batch_size, rows):
     final = train(make_cfg("debug=smoke"))["test"]

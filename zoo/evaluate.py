@@ -169,8 +169,12 @@ def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
             return run, step, tree["state"], meta
         except UserError:
             gone = set(candidates) - set(ckpts.reload())
-            if not gone or attempt == READS_OF_A_TRAINING_RUN - 1:
+            if not gone:
                 raise  # damaged, not replaced
+            if attempt == READS_OF_A_TRAINING_RUN - 1:  # what failed to read was replaced, not damaged
+                raise UserError(f"run_dir={cfg.run_dir} is still training and replaced checkpoint step(s) "
+                                f"{sorted(gone)} while they were read, {READS_OF_A_TRAINING_RUN} times in a row; run "
+                                "the command again, or once the run has finished.") from None
             log.info("run_dir=%s is still training: checkpoint step(s) %s were replaced while being read; reading "
                      "its newer ones", cfg.run_dir, sorted(gone))
 
