@@ -176,6 +176,25 @@ def test_eval_of_a_run_still_training_reads_its_newer_checkpoints(make_cfg, tmp_
     assert "cannot be restored" not in caplog.text  # steps the trainer deleted are not reported as damaged
 
 
+def test_eval_reads_newer_checkpoints_when_the_step_it_reads_the_config_from_is_replaced(make_cfg, tmp_path,
+                                                                                          monkeypatch):
+    """checkpoint=final reads the run's config first (early stopping or not): the trainer may delete that step."""
+    import zoo.evaluate
+
+    train(make_cfg("debug=smoke", "trainer.checkpoint_every=2"))  # steps 2, 4, 6
+    train(make_cfg("debug=smoke", "trainer.checkpoint_every=2", "trainer.max_steps=12", out="later"))  # 8, 10, 12
+    run_dir, real, moved = tmp_path / "run", zoo.evaluate._run_config, []
+
+    def trainer_moves_on(ckpts, cfg):
+        if not moved:
+            moved.append(shutil.rmtree(run_dir / "checkpoints"))
+            shutil.copytree(tmp_path / "later" / "checkpoints", run_dir / "checkpoints")
+        return real(ckpts, cfg)
+
+    monkeypatch.setattr(zoo.evaluate, "_run_config", trainer_moves_on)
+    assert evaluate(eval_cfg(make_cfg, run_dir))["step"] == 12
+
+
 def test_eval_of_a_run_replacing_its_checkpoints_faster_than_they_are_read_says_so(make_cfg, tmp_path, monkeypatch):
     """Each read finds the steps it chose replaced (a run checkpointing every few steps): the last failure is
     the run still training, not a damaged checkpoint."""

@@ -161,16 +161,17 @@ def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
                         "directory; copy the run somewhere writable and pass that run_dir.")
     run = None
     for attempt in range(READS_OF_A_TRAINING_RUN):
-        candidates = _pick_steps(ckpts, cfg.checkpoint, cfg)
-        try:
+        listed, candidates = ckpts.steps(), None
+        try:  # choosing reads the run's config (final, best) from a step the trainer may be deleting
+            candidates = _pick_steps(ckpts, cfg.checkpoint, cfg)
             run = run or build(saved_train_config(ckpts, candidates, cfg), for_training=False)  # one config a run
             step, tree, meta = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
                                                    candidates, hint="train the run again or pass another run_dir.")
             return run, step, tree["state"], meta
         except UserError:
-            gone = set(candidates) - set(ckpts.reload())
-            if not gone:
-                raise  # damaged, not replaced
+            gone = set(listed if candidates is None else candidates) - set(ckpts.reload())
+            if not gone or (candidates is None and attempt == READS_OF_A_TRAINING_RUN - 1):
+                raise  # damaged, not replaced; or a choice that is not in the run
             if attempt == READS_OF_A_TRAINING_RUN - 1:  # what failed to read was replaced, not damaged
                 raise UserError(f"run_dir={cfg.run_dir} is still training and replaced checkpoint step(s) "
                                 f"{sorted(gone)} while they were read, {READS_OF_A_TRAINING_RUN} times in a row; run "
