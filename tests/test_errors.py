@@ -105,6 +105,9 @@ BAD_VALUES = [
                           r"remove it for dataset=digits\."),
     ("dataset.normalize_target=true", r"dataset\.normalize_target only applies to regression targets; "
                                       r"dataset=digits is classification, so remove it\."),
+    ("dataset=diabetes model=linear dataset.num_classes=3", r"dataset\.num_classes only applies to classification; "
+                                                          r"dataset=diabetes is regression, so remove it \(or set "
+                                                          r"dataset\.num_classes=null\)\."),
     ("dataset=mnist model=cnn dataset.test_fraction=0.3", r"dataset\.test_fraction only applies to the embedded "
                                                           r"datasets, which ship without a split; dataset=mnist has "
                                                           r"its own test split, so remove it\."),

@@ -78,6 +78,9 @@ def check_contract(cfg, raw: dict) -> None:
             raise UserError(f"{where} has targets of dtype {y.dtype} and shape {y.shape[1:]}, not finite float rows "
                             "for regression; set dataset.task=classification or pick a regression dataset "
                             "(dataset=diabetes|synthetic_linear).")
+    if cfg.task != "classification" and cfg.num_classes is not None:  # checked after the targets: they say more
+        raise UserError(f"dataset.num_classes only applies to classification; dataset={cfg.name} is {cfg.task}, so "
+                        "remove it (or set dataset.num_classes=null).")
 
 
 def build_dataset(cfg, arrays: dict) -> Dataset:
