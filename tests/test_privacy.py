@@ -367,6 +367,16 @@ def test_bad_privacy_settings_are_one_sentence(make_cfg, overrides, message):
         train(make_cfg("debug=smoke", *overrides))
 
 
+@pytest.mark.parametrize("setting", ["privacy.target_epsilon=3", "privacy.noise_multiplier=1.0", "privacy.delta=1e-6"])
+def test_a_dpsgd_setting_without_privacy_dpsgd_is_refused_not_ignored(make_cfg, tmp_path, setting):
+    """Ignored, it trained an ordinary model, exit 0, with no privacy in results.json."""
+    key = setting.partition("=")[0]
+    with pytest.raises(UserError, match=rf"^{key} only applies to privacy=dpsgd, .* add privacy=dpsgd to train "
+                                        rf"privately, or remove {key}\.$"):
+        train(make_cfg("debug=smoke", setting))
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
 def test_a_model_with_batch_norm_is_refused_by_the_step_too(make_cfg):
     cfg = make_cfg("debug=smoke", "model=cnn", "model.channels=[4]", "model.dense=8")
     data = load_dataset(cfg.dataset, cfg.paths.data_dir)

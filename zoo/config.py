@@ -235,8 +235,9 @@ def validate_placement(cfg: DictConfig) -> None:
              f"parallel.cpu_devices must be between 1 and {MAX_CPU_DEVICES} (or null), got {p.cpu_devices}.")
 
 
-def validate(cfg: DictConfig) -> None:
-    """Reject values a schema cannot express, naming the setting to change."""
+def validate(cfg: DictConfig, new_run: bool = True) -> None:
+    """Reject values a schema cannot express, naming the setting to change. `new_run`: `cfg` is about to train,
+    rather than a finished run's saved config that eval.py and export.py read."""
     check_known_keys(cfg, TrainConfig)
     t = cfg.trainer
     _require(t.epochs > 0, f"trainer.epochs must be a positive integer, got {t.epochs}.")
@@ -289,7 +290,7 @@ def validate(cfg: DictConfig) -> None:
                  f"schedule.{key} must be a finite learning rate >= 0, got {value!r}.")
     _validate_model(cfg.model)
     validate_metrics(cfg)
-    validate_privacy(cfg)
+    validate_privacy(cfg, new_run)
 
 
 ZOO_SET_ARGUMENTS = {  # what the zoo passes to each group's _target_ itself

@@ -98,7 +98,7 @@ def _pick_steps(ckpts: Checkpoints, which, cfg: DictConfig) -> list:
 def _run_config(ckpts: Checkpoints, cfg: DictConfig) -> DictConfig:
     """The run's config as eval reads it (from its newest readable step, checked), to choose among its steps."""
     saved = saved_train_config(ckpts, list(reversed(ckpts.steps())), cfg)
-    validate(saved)
+    validate(saved, new_run=False)
     return saved
 
 

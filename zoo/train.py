@@ -107,7 +107,7 @@ def load_dataset_once(dataset_cfg, data_dir: str) -> Dataset:
 def build(cfg: DictConfig, for_training: bool = True) -> Run:
     """Everything a run needs; eval.py and export.py build a finished run's (for_training=False) on devices
     that need not divide its train batch, since eval batches are padded."""
-    validate(cfg)
+    validate(cfg, new_run=for_training)
     mode = make_mode(cfg.parallel, select_devices(cfg.parallel, cfg.distributed))  # before any JAX work
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
     if for_training:

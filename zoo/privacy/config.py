@@ -10,6 +10,8 @@ ACCOUNTANT_NAMES = ("pld", "rdp")
 # Less noise than this (other than none) bounds nothing (epsilon > ~20 on digits), and the PLD accountant needs
 # minutes for it or fails: as sigma -> 0 its evaluations slow down (52 s instead of 5 s from 0.05).
 MIN_NOISE_MULTIPLIER = 0.3
+# Null unless DP-SGD is asked for: set under privacy=none, they would train without privacy and say nothing.
+DPSGD_ONLY = ("target_epsilon", "noise_multiplier", "delta")
 
 
 @dataclass
@@ -22,14 +24,17 @@ class PrivacyConfig:
     accountant: str = "pld"  # pld (privacy loss distributions, tight) | rdp (Renyi DP, faster, looser)
 
 
-def validate_privacy(cfg) -> None:
-    """`cfg` is the whole train config: DP-SGD also constrains the model."""
+def validate_privacy(cfg, new_run: bool = True) -> None:
+    """`cfg` is the whole train config: DP-SGD also constrains the model. `new_run`: a config about to train, not
+    a finished run's saved one, which is read as it was trained."""
     from zoo.config import is_positive_finite  # zoo.config imports this module for its schema
 
     p = cfg.privacy
     if p.mode not in MODES:
         raise UserError(f"privacy.mode must be one of {MODES}, got {p.mode!r}.")
     if p.mode == "none":
+        if new_run:
+            _refuse_dpsgd_settings(p)
         return
     if p.accountant not in ACCOUNTANT_NAMES:
         raise UserError(f"privacy.accountant must be one of {ACCOUNTANT_NAMES}, got {p.accountant!r}.")
@@ -51,3 +56,11 @@ def validate_privacy(cfg) -> None:
     if cfg.model.get("batch_norm", False):
         raise UserError("privacy=dpsgd needs per-example gradients, which BatchNorm mixes across the batch; set "
                         "model.batch_norm=false.")
+
+
+def _refuse_dpsgd_settings(p) -> None:
+    """`privacy.target_epsilon=3` without `privacy=dpsgd` must not train a model the user takes for private."""
+    given = [key for key in DPSGD_ONLY if p.get(key) is not None]
+    if given:
+        raise UserError(f"privacy.{given[0]} only applies to privacy=dpsgd, and without it this run would train "
+                        f"without privacy; add privacy=dpsgd to train privately, or remove privacy.{given[0]}.")
