@@ -387,3 +387,16 @@ def test_a_ctrl_c_outside_a_task_is_the_commands_own_line(script, says, capsys, 
         cli.main_with_one_line_ctrl_c(interrupted, *([] if script == "train" else [cli.READER_CTRL_C]))
     err = capsys.readouterr().err
     assert e.value.code == 130 and err.startswith(f"error: interrupted by Ctrl-C; {says}") and err.count("\n") == 1
+
+
+def test_a_refusal_names_paths_output_dir_when_it_placed_the_run(data_dir, tmp_path):
+    """A new hydra.run.dir finds the same outputs again when paths.output_dir put them apart: the advice to
+    choose another directory names paths.output_dir."""
+    out = tmp_path / "out"
+    first = run(["debug=smoke", f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], data_dir)
+    assert first.returncode == 0, first.stderr
+    again = run(["debug=smoke", "seed=1", f"hydra.run.dir={tmp_path / 'b'}", f"paths.output_dir={out}"], data_dir)
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: paths.output_dir={out} already holds a finished run trained with other settings: seed (0 -> 1); "
+        "choose a new paths.output_dir.")

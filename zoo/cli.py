@@ -24,9 +24,26 @@ from zoo.errors import Interrupted, UserError, exit_with
 from zoo.preemption import Preempted, interrupts_remembered
 
 
-def new_run_dir() -> str:
-    """The setting that gives the command a run directory of its own: a multirun's jobs live in hydra.sweep.dir."""
-    return "hydra.sweep.dir" if in_multirun() else "hydra.run.dir"
+def new_run_dir(out_dir: str | None = None) -> str:
+    """The setting that gives the command a run directory of its own: a multirun's jobs live in hydra.sweep.dir;
+    a run whose outputs go to `out_dir` moves with run_dir_setting(out_dir)."""
+    if in_multirun():
+        return "hydra.sweep.dir"
+    return run_dir_setting(out_dir) if out_dir else "hydra.run.dir"
+
+
+def run_dir_setting(out_dir: str) -> str:
+    """The setting that put a run's outputs in `out_dir`: hydra.run.dir, or paths.output_dir where a command set it
+    apart from its Hydra run directory (a new hydra.run.dir would then find the same run again)."""
+    if in_multirun() or not HydraConfig.initialized():
+        return "hydra.run.dir"
+    hydra_dir = HydraConfig.get().runtime.output_dir
+    return "hydra.run.dir" if os.path.realpath(out_dir) == os.path.realpath(hydra_dir) else "paths.output_dir"
+
+
+def named_run_dir(out_dir: str) -> str:
+    """'hydra.run.dir=DIR' (or 'paths.output_dir=DIR'), as refusals name the run directory they found."""
+    return f"{run_dir_setting(out_dir)}={out_dir}"
 
 
 _member_job = contextvars.ContextVar("zoo_member_job", default=None)

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.checkpoint import Checkpoints
-from zoo.cli import in_multirun, new_run_dir
+from zoo.cli import in_multirun, named_run_dir, new_run_dir
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import RunRefused, UserError
 from zoo.loop import NonFiniteLoss, metric_summary
@@ -108,25 +108,25 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         ckpts = Checkpoints(os.path.join(out_dir, "checkpoints"), **settings)
     results_path = os.path.join(out_dir, "results.json")
     if ckpts is None and os.path.exists(results_path):
-        raise RunRefused(f"hydra.run.dir={out_dir} already holds a finished run and checkpoint.enabled=false; "
-                         f"choose a new {new_run_dir()}.")
+        raise RunRefused(f"{named_run_dir(out_dir)} already holds a finished run and checkpoint.enabled=false; "
+                         f"choose a new {new_run_dir(out_dir)}.")
     if ckpts is None and _has_entries(os.path.join(out_dir, "checkpoints")):  # a stopped run: its log too
-        raise RunRefused(f"hydra.run.dir={out_dir} holds the checkpoints of an unfinished run, which "
+        raise RunRefused(f"{named_run_dir(out_dir)} holds the checkpoints of an unfinished run, which "
                          "checkpoint.enabled=false would start over; set checkpoint.enabled=true to resume it or "
-                         f"choose a new {new_run_dir()}.")
+                         f"choose a new {new_run_dir(out_dir)}.")
     target = {"state": host_state, "sums": zero_sums}
     early = early_stopping_for(cfg, settings)
     try:
         if ckpts is not None and not ckpts.steps() and os.path.exists(results_path):
-            raise RunRefused(f"hydra.run.dir={out_dir} already holds a finished run (results.json) but no checkpoint "
-                             f"to continue from; choose a new {new_run_dir()}.")
+            raise RunRefused(f"{named_run_dir(out_dir)} already holds a finished run (results.json) but no checkpoint "
+                             f"to continue from; choose a new {new_run_dir(out_dir)}.")
         own = bool(ckpts and ckpts.steps())  # its own checkpoints, not trainer.resume's
         start_step, restored, meta = find_start(cfg, ckpts, target)
         if early is not None and meta:
             early.load_state_dict(meta.get("early_stopping"))
         stopped_early = early is not None and early.stopped_step is not None
         if restored is not None and start_step > total_steps and not stopped_early:
-            where, instead = ((f"hydra.run.dir={out_dir}", f"choose a new {new_run_dir()}") if own else
+            where, instead = ((named_run_dir(out_dir), f"choose a new {new_run_dir(out_dir)}") if own else
                               (f"trainer.resume={cfg.trainer.resume}", "resume from an earlier run"))
             raise (RunRefused if own else UserError)(
                 f"{where} holds a run at step {start_step}, past the {total_steps} steps trainer.epochs "
@@ -179,8 +179,8 @@ def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended
     say. (A finished run with its results.json is refused by _recorded_results.)"""
     changed = result_changes(meta["config"], cfg)
     if changed and own and ended:
-        raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
-                         f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
+        raise RunRefused(f"{named_run_dir(cfg.paths.output_dir)} already holds a finished run trained with other "
+                         f"settings: {'; '.join(changed)}; choose a new {new_run_dir(cfg.paths.output_dir)}.")
     if changed and own and in_multirun():
         raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} holds this sweep job's run, stopped at step {step} and "
                          f"trained with other settings: {'; '.join(changed)}; rerun the sweep's own command to go on "
@@ -200,7 +200,7 @@ def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts, own:
         raise (RunRefused if own else UserError)(
             f"the checkpoints in {ckpts.directory} follow a learning-rate schedule over {scheduled} steps, and "
             f"trainer.epochs, trainer.max_steps and trainer.batch_size now give {total_steps}; restore them or start "
-            f"in a new {new_run_dir()}.")
+            f"in a new {new_run_dir(cfg.paths.output_dir)}.")
 
 
 def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_step: int = 0):
@@ -266,8 +266,8 @@ def _recorded_results(cfg: DictConfig, task, results_path: str, meta: dict, step
         return None
     changed = result_changes(meta["config"], cfg)
     if changed:
-        raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} already holds a finished run trained with other "
-                         f"settings: {'; '.join(changed)}; choose a new {new_run_dir()}.")
+        raise RunRefused(f"{named_run_dir(cfg.paths.output_dir)} already holds a finished run trained with other "
+                         f"settings: {'; '.join(changed)}; choose a new {new_run_dir(cfg.paths.output_dir)}.")
     return RecordedResults(results, objective=objective_of(cfg, results, task))
 
 

@@ -96,7 +96,8 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     own_steps = ckpts.steps() if ckpts else []
     if resume == "never" and own_steps:
         raise RunRefused(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
-                         f"trainer.resume=never; choose a new {new_run_dir()} or set trainer.resume=auto.")
+                         f"trainer.resume=never; choose a new {new_run_dir(cfg.paths.output_dir)} or set "
+                         "trainer.resume=auto.")
     if own_steps:
         source = ckpts
     elif resume in ("auto", "never"):
@@ -145,7 +146,7 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
     if changed:
         raise (RunRefused if own else UserError)(
             f"the checkpoint in {source.directory} was trained with other settings: {'; '.join(changed)}; restore "
-            f"those settings or start in a new {new_run_dir()}.")
+            f"those settings or start in a new {new_run_dir(cfg.paths.output_dir)}.")
     try:
         step, tree, meta = restore_latest_good(source, target)
     except StateMismatch:
