@@ -400,3 +400,19 @@ def test_a_refusal_names_paths_output_dir_when_it_placed_the_run(data_dir, tmp_p
     assert again.stderr.strip().splitlines()[-1] == (
         f"error: paths.output_dir={out} already holds a finished run trained with other settings: seed (0 -> 1); "
         "choose a new paths.output_dir.")
+
+
+def test_a_paths_output_dir_in_use_by_another_command_is_refused(data_dir, tmp_path):
+    """hydra.run.dir is held for the command; a paths.output_dir set apart from it was not, and two commands
+    wrote their checkpoints and results.json into it together."""
+    out = tmp_path / "out"
+    first = start([*TINY, f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], data_dir)
+    try:
+        wait_for_lines(out / "metrics.jsonl", 1, first)
+        second = run([*TINY, "seed=1", f"hydra.run.dir={tmp_path / 'b'}", f"paths.output_dir={out}"], data_dir)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines()[-1] == (f"error: paths.output_dir={out} is in use by another command "
+                                                      "running now; choose another paths.output_dir.")

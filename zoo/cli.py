@@ -215,19 +215,36 @@ def _exit_if_in_use(path: str, setting: str, config) -> None:
     """Lock the directory for this process, or exit: another command running now writes into it. The processes
     of a multi-process run (distributed != none) share their directory, so they take no lock."""
     path = os.path.abspath(path)
-    if path in _held or OmegaConf.select(config, "distributed.mode", default="none") != "none":
-        return
+    if OmegaConf.select(config, "distributed.mode", default="none") == "none" and not _hold(path):
+        exit_with(UserError(f"{setting}={path} is in use by another command running now (commands started in the "
+                            f"same second share the default one); choose another {setting}."))
+
+
+def _hold(path: str) -> bool:
+    """Lock `path` (an existing directory) until this process ends; False if another process holds it."""
+    if path in _held:
+        return True
     fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        exit_with(UserError(f"{setting}={path} is in use by another command running now (commands started in the "
-                            f"same second share the default one); choose another {setting}."))
+        return False
     except OSError:  # a file system without locks: nothing to hold
         os.close(fd)
-        return
+        return True
     _held[path] = fd
+    return True
+
+
+def hold_output_dir(output_dir: str, cfg) -> None:
+    """RunDirCheck holds hydra.run.dir; a paths.output_dir set apart from it is held here, else two commands with
+    the same one would write one run's checkpoints and results.json together."""
+    if run_dir_setting(output_dir) != "paths.output_dir" or cfg.distributed.mode != "none":
+        return
+    if not _hold(os.path.abspath(output_dir)):
+        raise UserError(f"paths.output_dir={output_dir} is in use by another command running now; choose another "
+                        "paths.output_dir.")
 
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
@@ -274,6 +291,7 @@ def run_task(fn, cfg):
     try:
         if output_dir:
             check_writable(output_dir, "paths.output_dir")
+            hold_output_dir(output_dir, cfg)
         with interrupts_remembered():
             return fn(cfg).get("objective")
     except BaseException as e:
