@@ -416,3 +416,14 @@ def test_a_paths_output_dir_in_use_by_another_command_is_refused(data_dir, tmp_p
     assert second.returncode == 2
     assert second.stderr.strip().splitlines()[-1] == (f"error: paths.output_dir={out} is in use by another command "
                                                       "running now; choose another paths.output_dir.")
+
+
+def test_an_empty_paths_output_dir_is_one_sentence_and_writes_nothing(data_dir, tmp_path):
+    """It was a FileNotFoundError traceback (exit 1), after an empty checkpoints/ was made in the working dir."""
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "debug=smoke", "paths.output_dir=",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == ("error: paths.output_dir= is not writable (No such file or "
+                                                    "directory); set paths.output_dir to a directory you can write.")
+    assert not (tmp_path / "checkpoints").exists()

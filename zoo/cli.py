@@ -289,7 +289,7 @@ def run_task(fn, cfg):
     quiet_libraries()
     output_dir = OmegaConf.select(cfg, "paths.output_dir")  # train only; eval checks its run_dir itself
     try:
-        if output_dir:
+        if output_dir is not None:  # an empty one would write checkpoints/ into the working directory
             check_writable(output_dir, "paths.output_dir")
             hold_output_dir(output_dir, cfg)
         with interrupts_remembered():
