@@ -229,10 +229,19 @@ def validate_placement(cfg: DictConfig) -> None:
     _require(p.mode in PARALLEL_MODES, f"parallel.mode must be one of {PARALLEL_MODES}, got {p.mode!r}.")
     _require(cfg.distributed.mode in ("none", "explicit", "auto"),
              f"distributed.mode must be none, explicit or auto, got {cfg.distributed.mode!r}.")
+    _refuse_process_settings(cfg.distributed)
     _require(p.device_data_mb >= 0, f"parallel.device_data_mb must be >= 0 (0 streams every split from the host), "
              f"got {p.device_data_mb}.")
     _require(p.cpu_devices is None or 0 < p.cpu_devices <= MAX_CPU_DEVICES,
              f"parallel.cpu_devices must be between 1 and {MAX_CPU_DEVICES} (or null), got {p.cpu_devices}.")
+
+
+def _refuse_process_settings(d: DictConfig) -> None:
+    """distributed.process_id=1 without distributed=explicit would train alone, as if it were the only process."""
+    given = [k for k in ("num_processes", "process_id", "coordinator_address") if d.mode == "none" and d[k] is not None]
+    _require(not given, f"distributed.{given[0] if given else ''} only applies to distributed=explicit (or auto), and "
+             "without it this command runs one process alone; add distributed=explicit, or remove "
+             f"distributed.{given[0] if given else ''}.")
 
 
 def validate(cfg: DictConfig, new_run: bool = True) -> None:
