@@ -121,6 +121,18 @@ def test_jobs_of_one_sweep_that_optimised_different_objectives_are_not_ranked_to
             f"({tmp_path}/0) and test/accuracy ({tmp_path}/1); set optimized_metric") in caplog.text
 
 
+@pytest.mark.parametrize("record", ["config.yaml", "hydra.yaml", "overrides.yaml"])
+def test_a_job_record_that_does_not_read_is_named_in_one_sentence(tmp_path, capsys, record):
+    """`python -m zoo.sweeps.report` on a sweep with a damaged .hydra/ file was a YAML traceback."""
+    write_job(tmp_path, "0", ["seed=0"], results=completed(0.9))
+    write_job(tmp_path, "1", ["seed=1"], results=completed(0.8))
+    (tmp_path / "0" / ".hydra" / record).write_text("a: [\n")
+    assert sweep_report.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path}/0/.hydra/{record} cannot be read (ParserError: while "
+                                       "parsing a flow node); repair it, or move that job's directory out of the "
+                                       "sweep.\n")
+
+
 def test_a_grid_stopped_after_its_first_job_shows_what_it_swept_and_how_many_jobs_it_asked_for(tmp_path):
     (tmp_path / "multirun.yaml").write_text(
         "hydra:\n  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper\n"

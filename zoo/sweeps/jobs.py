@@ -5,11 +5,26 @@ import os
 
 from omegaconf import OmegaConf
 
+from zoo.errors import brief
 from zoo.files import load_json
 from zoo.preemption import Preempted
 from zoo.sweeps.plots import natural
 
 REPORTED_SPLITS = ("validation", "test")  # a search selects on validation; the test figures stand beside it
+
+
+class DamagedJob(ValueError):
+    """A job's .hydra/ record does not read (edited or cut short by hand): no summary can place that job."""
+
+
+def job_record(job_dir: str, name: str):
+    """The job's .hydra/<name> (config.yaml, hydra.yaml, overrides.yaml); DamagedJob if it does not read."""
+    path = os.path.join(job_dir, ".hydra", name)
+    try:
+        return OmegaConf.load(path)
+    except Exception as e:  # noqa: BLE001 — YAML and OmegaConf raise many types for a damaged file
+        raise DamagedJob(f"{path} cannot be read ({brief(e)}); repair it, or move that job's directory out of the "
+                         "sweep.") from None
 
 
 def find_job_dirs(root: str) -> list:
@@ -22,7 +37,7 @@ def find_job_dirs(root: str) -> list:
 
 
 def read_job(job_dir: str, root: str) -> dict:
-    overrides = [str(o) for o in OmegaConf.load(os.path.join(job_dir, ".hydra", "overrides.yaml"))]
+    overrides = [str(o) for o in job_record(job_dir, "overrides.yaml")]
     row = {"job": os.path.relpath(job_dir, root), "run_dir": os.path.abspath(job_dir), "status": "unfinished",
            "objective": None, "metrics": {}, "steps": None, "wall_time_s": None, "reason": "",
            "overrides": overrides, "params": dict(o.split("=", 1) for o in overrides if "=" in o)}

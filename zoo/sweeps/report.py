@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from zoo.config import default_objective, direction_of
 from zoo.files import write_text
 from zoo.sweeps import pareto, plots
-from zoo.sweeps.jobs import finite, find_job_dirs, read_job
+from zoo.sweeps.jobs import DamagedJob, finite, find_job_dirs, job_record, read_job
 
 STATUS_ORDER = {"completed": 0, "pruned": 1, "stopped": 2, "unfinished": 3, "failed": 4}
 
@@ -29,8 +29,7 @@ def objective_and_direction(job_dir: str) -> tuple:
     """('test/accuracy', 'maximize'): the sweeper's direction if it has one, else the task's or the metric's.
 
     A multi-objective sweep gives two lists: (['validation/accuracy', 'wall_time_s'], ['maximize', 'minimize'])."""
-    cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "config.yaml"))
-    hydra_cfg = OmegaConf.load(os.path.join(job_dir, ".hydra", "hydra.yaml"))
+    cfg, hydra_cfg = job_record(job_dir, "config.yaml"), job_record(job_dir, "hydra.yaml")
     name = objective_name(cfg)
     direction = [direction_of(n) for n in name] if isinstance(name, list) else direction_of(name)
     swept = OmegaConf.select(hydra_cfg, "hydra.sweeper.directions", default=None)
@@ -62,7 +61,7 @@ def mixed_objectives(jobs: list, names: dict = None) -> str | None:
     seen = {}
     for job in jobs:
         if job not in names:
-            names[job] = str(objective_name(OmegaConf.load(os.path.join(job, ".hydra", "config.yaml"))))
+            names[job] = str(objective_name(job_record(job, "config.yaml")))
         seen.setdefault(names[job], job)
     if len(seen) < 2:
         return None
@@ -260,12 +259,16 @@ def main(argv=None) -> int:
     if not jobs:
         print(f"error: no jobs under {args[0]} (a job directory holds .hydra/overrides.yaml)", file=sys.stderr)
         return 2
-    mixed = mixed_objectives(jobs)
-    if mixed:
-        print(f"error: the jobs under {args[0]} optimised different objectives, {mixed}; pass one sweep's "
-              "directory.", file=sys.stderr)
+    try:
+        mixed = mixed_objectives(jobs)
+        if mixed:
+            print(f"error: the jobs under {args[0]} optimised different objectives, {mixed}; pass one sweep's "
+                  "directory.", file=sys.stderr)
+            return 2
+        s = write_summary(args[0])
+    except DamagedJob as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    s = write_summary(args[0])
     print(f"{len(s['rows'])} jobs; summary written to {os.path.join(s['root'], 'summary.md')}")
     print(best_text(s))
     return 0
