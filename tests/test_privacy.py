@@ -472,6 +472,20 @@ def test_eval_of_a_dp_run_does_not_log_its_training_plan_again(make_cfg, tmp_pat
     assert "DP-SGD: q=" not in caplog.text and "is more than" not in caplog.text
 
 
+def test_the_plan_is_said_only_by_a_run_that_trains(make_cfg, caplog):
+    """A rerun refused for other settings, or of the finished run, trains nothing: no plan line precedes it."""
+    from zoo.errors import UserError
+
+    caplog.set_level("INFO", logger="zoo")
+    train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=1.0"))
+    assert "DP-SGD: q=" in caplog.text
+    caplog.clear()
+    with pytest.raises(UserError, match=r"privacy\.noise_multiplier \(1\.0 -> 2\.0\)"):
+        train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=2.0"))
+    train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=1.0"))
+    assert "already holds this finished run" in caplog.text and "DP-SGD: q=" not in caplog.text
+
+
 def test_an_exported_dp_model_carries_the_guarantee_of_its_step(make_cfg, tmp_path):
     from zoo.export.artifact import export
 

@@ -153,6 +153,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
                  os.path.abspath(out_dir), metric_summary(recorded.get("test", {})))
         return RunOutputs(cfg, task, total_steps, ckpts, RunLogger(out_dir, cfg.logger, total_steps, enabled=False),
                           None, zero_sums, target, start_step, host_state, sums, early, recorded=recorded)
+    if privacy is not None:  # said once the run trains: a refusal or a finished run's rerun is not preceded by it
+        log.info("%s", privacy.summary)
     logger_cfg = OmegaConf.merge(cfg.logger, {"progress": False}) if population_member else cfg.logger
     try:
         logger = RunLogger(out_dir, logger_cfg, total_steps, start_step=start_step, enabled=is_primary(),

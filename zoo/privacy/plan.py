@@ -34,6 +34,7 @@ class PrivacyPlan:
     target_epsilon: Optional[float]
     accountant: str
     stream: PoissonStream
+    summary: str = ""  # the plan's log line, said once the run is known to train (zoo.outputs.open_outputs)
 
     def epsilon(self, steps: int) -> float:
         from zoo.privacy import accountant as acc
@@ -104,12 +105,11 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
         log.warning("privacy.target_epsilon=%s is reached after %d of the %d planned steps with "
                     "privacy.noise_multiplier=%s: training stops at step %d.", p.target_epsilon, total_steps,
                     planned_steps, sigma, total_steps)
-    log.info("DP-SGD: q=%.4g, noise multiplier %.4g, l2 clip %s, epsilon %.3f at delta %.3g after %d steps; "
-             "batches of %d rows (expected %d examples)", q, sigma, p.l2_clip, eps, delta, total_steps, rows,
-             batch_size)
+    summary = (f"DP-SGD: q={q:.4g}, noise multiplier {sigma:.4g}, l2 clip {p.l2_clip}, epsilon {eps:.3f} at delta "
+               f"{delta:.3g} after {total_steps} steps; batches of {rows} rows (expected {batch_size} examples)")
     return PrivacyPlan(q, float(sigma), float(p.l2_clip), delta, accountant_delta, overflow, rows, total_steps,
                        planned_steps, p.target_epsilon, p.accountant,
-                       PoissonStream(train_split, batch_size, cfg.seed, rows))
+                       PoissonStream(train_split, batch_size, cfg.seed, rows), summary)
 
 
 def resume_defining(saved_config: dict, current: dict) -> tuple:
