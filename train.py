@@ -6,7 +6,7 @@ from zoo.startup import loading_libraries
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import main_with_one_line_ctrl_c, refuse_null_groups, run_task
+    from zoo.cli import complete_despite_sigterm, main_with_one_line_ctrl_c, refuse_null_groups, run_task
     from zoo.config import register_configs
     from zoo.population.launch import trains_populations
     from zoo.population.train import train_population, trains_alone
@@ -18,7 +18,9 @@ register_configs()
 @hydra.main(version_base=None, config_path="conf", config_name="train")
 @trains_populations(train_population, trains_alone)  # hydra/launcher=population may train its jobs together
 def main(cfg):
-    return run_task(train, cfg)
+    objective = run_task(train, cfg)
+    complete_despite_sigterm()
+    return objective
 
 
 if __name__ == "__main__":

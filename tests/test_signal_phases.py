@@ -54,6 +54,15 @@ def test_sigterm_while_a_run_finishes_lets_it_finish(data_dir, tmp_path):
     assert_saves_complete(run_dir, results["steps"])
 
 
+def test_sigterm_after_a_run_completed_exits_0(data_dir, tmp_path):
+    """Sent while the process exits (Hydra's end callbacks), it ended a complete run with 143, as if stopped."""
+    run_dir = tmp_path / "run"
+    done = train_signalled_in("hydra._internal.callbacks", "Callbacks.on_run_end",
+                              ["debug=smoke", f"hydra.run.dir={run_dir}"], data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((run_dir / "results.json").read_text())["test"]["count"] == 359
+
+
 def test_sigterm_before_training_ends_the_process_at_once(data_dir, tmp_path):
     """Nothing is trained yet, so nothing is saved: SIGTERM keeps its default (exit 143 in a shell), which also
     keeps a stuck set-up (a dataset download, say) killable."""

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import logging
 import os
+import signal
 import sys
 import tempfile
 
@@ -300,6 +301,14 @@ def run_task(fn, cfg):
         run_record.restore(output_dir)
         _exit_if_the_users(e)
         raise
+
+
+def complete_despite_sigterm() -> None:
+    """A single run is complete once its task returns, its results written: a SIGTERM while the process exits
+    (Hydra's end callbacks, the interpreter's shutdown) ended it with 143, as if it had been stopped. A multirun's
+    next job must still stop on one."""
+    if not in_multirun():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _exit_if_the_users(e: BaseException) -> None:
