@@ -274,6 +274,20 @@ def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, sett
         make_sweep(tmp_path, RecordingLauncher(), **settings).sweep([])
 
 
+def test_a_sweep_dir_of_a_study_kept_in_memory_is_refused_before_any_trial(tmp_path, runs_jobs_here):
+    """Its study ended with its command: every trial of a rerun was refused in turn by the directory its number
+    named."""
+    save_job_dir(tmp_path / "old", "0", 0, "test", results={"objective": 0.5})
+    launcher = RecordingLauncher()
+    with pytest.raises(UserError, match=rf"^hydra\.sweep\.dir={tmp_path / 'old'} holds the trials of a study kept in "
+                                        r"memory \(hydra\.sweeper\.storage=null\), which no command can continue; "
+                                        r"choose a new hydra\.sweep\.dir \(with hydra\.sweeper\.storage="):
+        make_sweep(tmp_path / "old", launcher, n_trials=1).sweep([])
+    assert launcher.calls == []
+    make_sweep(tmp_path / "new", launcher, n_trials=1).sweep([])  # a new one
+    assert len(launcher.calls) == 1
+
+
 def test_a_pruner_without_periodic_evals_is_refused_before_any_trial(tmp_path, runs_jobs_here):
     launcher = RecordingLauncher()
     sweep = make_sweep(tmp_path, launcher, pruner=OmegaConf.structured(MedianPrunerConfig()), n_trials=2)

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from zoo.errors import UserError, brief
 from zoo.loop import TrialPruned
 from zoo.sweeps import trial_link
+from zoo.sweeps.jobs import find_job_dirs
 from zoo.sweeps.search_space import parse_search_space
 from zoo.targets import safe_instantiate
 
@@ -141,6 +142,7 @@ class OptunaSweep:
         pruner = None if self.pruner_cfg is None else build_optuna_object(
             self.pruner_cfg, "optuna.pruners", "BasePruner", "hydra.sweeper.pruner")
         sampler = self._sampler(grid)
+        self._refuse_a_lost_study()
         try:
             if self.storage and str(self.storage).startswith("sqlite:///"):
                 os.makedirs(os.path.dirname(os.path.abspath(str(self.storage)[len("sqlite:///"):])), exist_ok=True)
@@ -196,6 +198,16 @@ class OptunaSweep:
             n_trials -= len(trials)
         self._write_results(study, optuna)
         return study
+
+    def _refuse_a_lost_study(self) -> None:
+        """A study kept in memory ended with its command; its trials' directories would refuse a new study's trials
+        of the same numbers, one job after another."""
+        sweep_dir = str(self.config.hydra.sweep.dir)
+        if self.storage is None and find_job_dirs(sweep_dir):
+            raise UserError(f"hydra.sweep.dir={sweep_dir} holds the trials of a study kept in memory "
+                            "(hydra.sweeper.storage=null), which no command can continue; choose a new "
+                            "hydra.sweep.dir (with hydra.sweeper.storage=sqlite:///${hydra.sweep.dir}/optuna.db, "
+                            "the same command continues its study).")
 
     def _check_prunable(self, space) -> None:
         """What fails every pruned trial alike, refused once before the study opens (each trial checks again)."""
