@@ -526,6 +526,14 @@ def test_eval_without_missing_or_empty_run_dir(make_cfg, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match=r"run_dir=.*empty has no complete checkpoint in checkpoints/; train it"):
         evaluate(eval_cfg(make_cfg, tmp_path / "empty"))
+    ended = tmp_path / "ended"  # began training with checkpoints on, ended before the first (a non-finite loss)
+    (ended / ".hydra").mkdir(parents=True)
+    (ended / ".hydra" / "config.yaml").write_text("checkpoint:\n  enabled: true\n")
+    (ended / "metrics.jsonl").write_text("")
+    with pytest.raises(UserError, match=rf"^run_dir={ended} ended before its first checkpoint \(its train\.log says "
+                                        r"why, e\.g\. a non-finite loss\), so there is no state to evaluate; train it "
+                                        r"again or pass another run_dir\.$"):
+        evaluate(eval_cfg(make_cfg, ended))
     with pytest.raises(UserError, match=r"chekpoint is not a setting; remove it or fix its spelling \(settings at the "
                                         r"top level: run_dir, checkpoint, "):
         evaluate(eval_cfg(make_cfg, tmp_path / "empty", "+chekpoint=best"))

@@ -37,6 +37,7 @@ def _open_checkpoints(run_dir: str) -> Checkpoints:
         if ckpts is not None:
             ckpts.close()
         raise UserError(_not_a_run(run_dir) or _failed_before_a_checkpoint(run_dir) or _finished_unsaved(run_dir) or
+                        _ended_before_a_checkpoint(run_dir) or
                         f"run_dir={run_dir} has no complete checkpoint in checkpoints/; train it (with "
                         "checkpoint.enabled=true) or pass another run_dir.")
     return ckpts
@@ -49,6 +50,19 @@ def _failed_before_a_checkpoint(run_dir: str):
         return None
     return (f"run_dir={run_dir} failed before its first checkpoint ({failure.get('error', 'Error')}: "
             f"{str(failure.get('reason', '')).rstrip('.')}); nothing there can be evaluated.")
+
+
+def _ended_before_a_checkpoint(run_dir: str):
+    """A single run that began training with checkpoints on and ended before its first (a non-finite loss, a
+    kill): 'train it with checkpoint.enabled=true' would not say what happened. A sentence, else None."""
+    try:
+        enabled = OmegaConf.load(os.path.join(run_dir, ".hydra", "config.yaml")).checkpoint.enabled
+    except Exception:  # noqa: BLE001 — no record, or not a train config's: nothing known about the run
+        return None
+    if enabled is not True or not os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+        return None
+    return (f"run_dir={run_dir} ended before its first checkpoint (its train.log says why, e.g. a non-finite loss), "
+            "so there is no state to evaluate; train it again or pass another run_dir.")
 
 
 def _finished_unsaved(run_dir: str):
