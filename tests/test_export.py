@@ -293,6 +293,8 @@ def test_export_checks_targets_first_and_keeps_the_previous_export_on_failure(ma
     assert (run_dir / "export" / "model.jax").read_bytes() == before
     with pytest.raises(UserError, match=r"platforms=\['gpu'\] must be a non-empty list of cpu, cuda, rocm, tpu"):
         export(make_cfg(f"run_dir={run_dir}", "platforms=[gpu]", config_name="export"))
+    with pytest.raises(UserError, match=r"platforms=\['cpu', 'cpu'\] must be .*, each named once"):
+        export(make_cfg(f"run_dir={run_dir}", "platforms=[cpu,cpu]", config_name="export"))
     with pytest.raises(UserError, match=r"run_dir is required: python export\.py run_dir="):
         export(make_cfg(config_name="export"))
     with pytest.raises(UserError, match=r"checkpont is not a setting; remove it or fix its spelling"):

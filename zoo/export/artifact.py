@@ -30,9 +30,9 @@ VERSIONED = ("jax", "jaxlib", "flax", "optax", "numpy", "orbax-checkpoint", "fla
 
 def _check_platforms(platforms) -> None:
     unknown = [p for p in platforms if p not in PLATFORMS]
-    if not platforms or unknown:
-        raise UserError(f"platforms={list(platforms)} must be a non-empty list of {', '.join(PLATFORMS)}; "
-                        "e.g. platforms=[cpu,cuda].")
+    if not platforms or unknown or len(set(platforms)) < len(platforms):  # jax.export keeps a repeated one
+        raise UserError(f"platforms={list(platforms)} must be a non-empty list of {', '.join(PLATFORMS)}, each "
+                        "named once; e.g. platforms=[cpu,cuda].")
 
 
 def _versions() -> dict:
