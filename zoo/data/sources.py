@@ -112,13 +112,23 @@ def _answers(proxy: str, timeout: float) -> bool:
         return False
 
 
+def _catalog_name(cfg) -> str:
+    """How a refusal names the catalog dataset: by its config, or by dataset.tfds_name where that was changed."""
+    return f"dataset={cfg.name}" if cfg.tfds_name == cfg.name else f"dataset.tfds_name={cfg.tfds_name}"
+
+
+def _prepared_dir(tfds_name: str) -> str:
+    """Where TFDS prepares a dataset, under its data dir: 'mnist:3.0.1' goes to mnist/3.0.1."""
+    return tfds_name.replace(":", "/")
+
+
 def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
     return UserError(
-        f"dataset={cfg.name} is not prepared in paths.data_dir={data_dir} and could not be downloaded "
+        f"{_catalog_name(cfg)} is not prepared in paths.data_dir={data_dir} and could not be downloaded "
         f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'no detail'}); on a machine "
         f"with internet and TensorFlow run `python -c \"import tensorflow_datasets as tfds; "
         f"tfds.data_source('{cfg.tfds_name}', data_dir='DIR', builder_kwargs={RANDOM_ACCESS})\"`, copy "
-        f"DIR/{cfg.tfds_name} into paths.data_dir, or pick an embedded dataset (dataset=digits|diabetes|"
+        f"DIR/{_prepared_dir(cfg.tfds_name)} into paths.data_dir, or pick an embedded dataset (dataset=digits|diabetes|"
         "synthetic_linear).")
 
 
@@ -131,9 +141,9 @@ def _refuse_prepared_without_random_access(cfg, data_dir: str) -> None:
     except Exception:  # noqa: BLE001 — nothing readable there: the download decides
         return
     if prepared and file_format is not None and file_format.value != RANDOM_ACCESS["file_format"]:
-        raise UserError(f"dataset={cfg.name} in paths.data_dir={data_dir} is prepared as {file_format.value}, "
+        raise UserError(f"{_catalog_name(cfg)} in paths.data_dir={data_dir} is prepared as {file_format.value}, "
                         "which cannot be read record by record; prepare it again with builder_kwargs="
-                        f"{RANDOM_ACCESS} (or delete {os.path.join(data_dir, cfg.tfds_name)}), or set "
+                        f"{RANDOM_ACCESS} (or delete {os.path.join(data_dir, _prepared_dir(cfg.tfds_name))}), or set "
                         "paths.data_dir to another directory.")
 
 
