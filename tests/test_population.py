@@ -419,3 +419,12 @@ def test_a_member_resumed_ahead_of_the_others_mid_log_interval_equals_its_solo_r
     solo = make_cfg(*SMALL, *longer, "optimizer.learning_rate=0.05", "seed=0", out="solo")
     assert outcomes[0]["start_step"] == 6 and outcomes[0]["test"] == train(solo)["test"]
     assert_same_trajectory(cfgs[0].paths.output_dir, solo.paths.output_dir)
+
+
+def test_a_batch_its_solo_runs_cannot_split_over_their_devices_is_refused(make_cfg):
+    """parallel=sharded splits each solo run's batch over its devices: a batch of 6 on 4 devices fails alone,
+    so the group fails with the same sentence instead of training runs that have no solo equal."""
+    cfgs = configs(make_cfg, "odd", "parallel=sharded", "parallel.cpu_devices=4", "trainer.batch_size=6")
+    with pytest.raises(UserError, match="trainer.batch_size=6 does not split evenly across 4 devices"):
+        train_population(cfgs)
+    assert not any((pathlib.Path(c.paths.output_dir) / "metrics.jsonl").exists() for c in cfgs)

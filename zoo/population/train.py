@@ -22,7 +22,7 @@ from zoo.errors import UserError
 from zoo.loop import total_steps_for
 from zoo.optim import build_optimizer, check_run_length, hyperparameters
 from zoo.outputs import open_outputs
-from zoo.parallel import cpu_cores, select_devices
+from zoo.parallel import check_batch_divides, cpu_cores, select_devices
 from zoo.population.grouping import check_one_group
 from zoo.population.logs import MemberLogs, member_lines
 from zoo.population.loop import Member, evaluate_members, fit_population
@@ -121,6 +121,8 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     cfg = cfgs[0]
     check_population_settings(cfg)
     devices = select_devices(cfg.parallel, cfg.distributed)
+    # each member's solo run splits its batch over these devices, and refuses a batch that does not divide
+    check_batch_divides(cfg.trainer.batch_size, len(devices) if cfg.parallel.mode == "sharded" else 1)
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
     data = _group_dataset(cfg)
     task, train_split = TASKS[data.task], data.splits["train"]
