@@ -135,7 +135,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     devices = member_devices(cfg, devices, len(cfgs), train_split)
     streams = [TrainStream(train_split, cfg.trainer.batch_size, c.seed, cfg.dataset.validation_fraction)
                for c in cfgs]
-    total_steps = total_steps_for(cfg.trainer, streams[0].steps_per_epoch)
+    total_steps = total_steps_for(cfg.trainer, streams[0].steps_per_epoch, warn=False)  # warned in each train.log
     check_run_length(cfg, total_steps, streams[0].steps_per_epoch)
     models = _member_models(cfg, data, [c.seed for c in cfgs])
     initial = [create_state(model, build_optimizer(c, total_steps), c.seed) for model, c in zip(models, cfgs)]
@@ -156,6 +156,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
             logs.open(c.paths.output_dir)
             try:
                 with member_lines(c.paths.output_dir), as_job(hydra_cfgs[i]):  # its lines go to its own train.log
+                    total_steps_for(c.trainer, streams[i].steps_per_epoch)  # a max_steps past its epochs, as alone
                     out = open_outputs(c, task, streams[i], total_steps, host_state, zero, population_member=True)
                 if out.recorded is not None:  # finished before this command: it reports its results.json
                     outcomes[i] = out.recorded
