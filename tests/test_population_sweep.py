@@ -292,11 +292,12 @@ def test_a_population_gets_more_cpu_devices_than_cores_when_its_jobs_ask(data_di
         assert results["devices"] == wanted and results["population"]["members"] == 2
 
 
-def test_each_members_log_warns_of_a_max_steps_past_its_epochs_as_its_solo_runs_does(data_dir, tmp_path):
+def test_each_members_log_has_its_solo_runs_notes_on_run_length_and_ema(data_dir, tmp_path):
     sweep = tmp_path / "sweep"
     multirun(data_dir, sweep, "hydra/launcher=population", "trainer.max_steps=100", "trainer.log_every=40",
-             "trainer.eval_every=0", "seed=0,1")
+             "trainer.eval_every=0", "trainer.ema_decay=0.9", "seed=0,1")
     for job in (0, 1):
         log = (sweep / str(job) / "train.log").read_text()
         assert "population of 2 members" in log  # trained together
         assert log.count("trainer.max_steps=100 is more than trainer.epochs=1 give") == 1, log
+        assert log.count("evals use the exponential moving average of the parameters (trainer.ema_decay=0.9)") == 1

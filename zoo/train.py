@@ -94,6 +94,12 @@ def ema_note(cfg: DictConfig) -> dict:
     return {"eval_params": f"exponential moving average, trainer.ema_decay={cfg.trainer.ema_decay}"}
 
 
+def log_ema(cfg: DictConfig) -> None:
+    if cfg.trainer.ema_decay is not None:
+        log.info("evals use the exponential moving average of the parameters (trainer.ema_decay=%s)",
+                 cfg.trainer.ema_decay)
+
+
 def load_dataset_once(dataset_cfg, data_dir: str) -> Dataset:
     """In multi-process runs process 0 prepares the data; the others read it once it is complete."""
     if not is_primary():
@@ -156,9 +162,7 @@ def train(cfg: DictConfig) -> dict:
     state = mode.put_state(out.host_state)
     model = describe(cfg, run, state, out.logger, call_length(cfg.trainer, compiled.steps_per_call,
                                                                   out.end_step - out.start_step))
-    if cfg.trainer.ema_decay is not None:
-        log.info("evals use the exponential moving average of the parameters (trainer.ema_decay=%s)",
-                 cfg.trainer.ema_decay)
+    log_ema(cfg)
     if cfg.trainer.profile:
         jax.profiler.start_trace(os.path.join(cfg.paths.output_dir, "profile"))
     try:

@@ -34,7 +34,7 @@ from zoo.summary import achieved_gflop_s, count_parameters, report, step_flops
 from zoo.sweeps.trial_link import eval_reporter
 from zoo.tasks import TASKS
 from zoo.train import (build_model, default_steps_per_call, ema_note, eval_host_batches, eval_step_for,
-                       load_dataset_once, setup_compilation_cache, unrolled_on_cpu)
+                       load_dataset_once, log_ema, setup_compilation_cache, unrolled_on_cpu)
 
 log = logging.getLogger("zoo")
 
@@ -256,6 +256,9 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
     hyper = program.put_members(jax.tree.map(lambda *v: np.array(_padded(list(v), program.size), np.float32),
                                              *hypers))
     periodic = next(iter(eval_sets))
+    for c in cfgs:  # each train.log says what its evals use, as its solo run's does
+        with member_lines(c.paths.output_dir):
+            log_ema(c)
     log.info("population of %d members on %d device(s), %d steps", len(run), program.num_devices, total_steps)
     t_fit = time.perf_counter()
     with stop_on_signals() as stop:  # held until the members finish: a signal then lets them finish
