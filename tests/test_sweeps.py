@@ -348,3 +348,23 @@ def test_a_sweep_dir_holding_another_studys_trials_is_refused(tmp_path, capsys):
     assert stopped.value.code == 2 and capsys.readouterr().err == (
         f"error: hydra.sweep.dir={tmp_path} holds the trials of study digits_mlp, and this sweep runs study digits_cnn; "
         "one summary cannot rank both, so choose a new hydra.sweep.dir.\n")
+
+
+def test_a_grid_over_datasets_run_again_is_not_refused_for_the_base_configs_objective(tmp_path, capsys):
+    """With optimized_metric null, each job's objective follows its own dataset's task, not the one of the config
+    the sweep composes without its sweeps: rerunning `-m model=linear dataset=diabetes,synthetic_linear` to go on
+    was refused as optimising test/accuracy."""
+    from zoo.sweeps.summary_callback import _refuse_another_objective
+
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)
+    (tmp_path / "0" / ".hydra" / "overrides.yaml").write_text("[]")
+    (tmp_path / "0" / ".hydra" / "config.yaml").write_text("dataset: {task: regression}\n")
+    task = ["model=linear", "dataset=diabetes,synthetic_linear"]
+    config = OmegaConf.create({"optimized_metric": None, "dataset": {"task": "classification"}, "hydra": {
+        "sweep": {"dir": str(tmp_path)}, "overrides": {"task": task},
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"}}})
+    _refuse_another_objective(config)
+    config.optimized_metric = "test/accuracy"  # named: every job optimises it, so the jobs' test/loss is refused
+    with pytest.raises(SystemExit) as stopped:
+        _refuse_another_objective(config)
+    assert stopped.value.code == 2 and "holds jobs that optimised test/loss" in capsys.readouterr().err

@@ -57,6 +57,7 @@ def write_failure(job_dir: str, job_return: JobReturn) -> None:
 
 
 OBJECTIVE_KEYS = ("optimized_metric", "dataset.validation_fraction")  # what decides a job's objective name
+TASK_KEYS = ("dataset", "dataset.task")  # what decides it too where optimized_metric is null: the task's metric
 
 
 def _refuse_another_objective(config: DictConfig) -> None:
@@ -68,7 +69,8 @@ def _refuse_another_objective(config: DictConfig) -> None:
     # the same grid run again with another objective too: its finished jobs keep the record, and so the
     # objective, they were trained under
     overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
-    if any(o.is_sweep_override() and o.get_key_element().lstrip("+~") in OBJECTIVE_KEYS for o in overrides):
+    swept = {o.get_key_element().lstrip("+~") for o in overrides if o.is_sweep_override()}
+    if swept & set(OBJECTIVE_KEYS) or (OmegaConf.select(config, "optimized_metric") is None and swept & set(TASK_KEYS)):
         return  # each job's objective is its own value of the swept key, not the config's
     theirs, ours = report.objective_name(OmegaConf.load(os.path.join(jobs[0], ".hydra", "config.yaml"))), None
     with contextlib.suppress(Exception):  # a config the jobs will refuse on their own
