@@ -176,6 +176,24 @@ def test_eval_of_a_run_still_training_reads_its_newer_checkpoints(make_cfg, tmp_
     assert "cannot be restored" not in caplog.text  # steps the trainer deleted are not reported as damaged
 
 
+def test_a_step_deleted_while_the_best_is_chosen_is_not_called_unreadable(make_cfg, tmp_path, monkeypatch, caplog):
+    """checkpoint=best reads every step's metrics: one the trainer deletes meanwhile is no candidate, and no
+    warning calls its metadata unreadable (as restore_latest_good says nothing of such a step either)."""
+    train(make_cfg("debug=smoke", "trainer.checkpoint_every=2", "trainer.eval_every=2"))  # steps 2, 4, 6
+    ckpts = Checkpoints(str(tmp_path / "run" / "checkpoints"), read_only=True)
+    real = Checkpoints.meta
+
+    def trainer_deletes_step_2(self, step):
+        if step == 2:
+            shutil.rmtree(tmp_path / "run" / "checkpoints" / "2", ignore_errors=True)
+        return real(self, step)
+
+    monkeypatch.setattr(Checkpoints, "meta", trainer_deletes_step_2)
+    with caplog.at_level("WARNING", logger="zoo"):
+        assert ckpts.best_step("accuracy", "max") in (4, 6)
+    assert "unreadable metadata" not in caplog.text
+
+
 def test_eval_reads_newer_checkpoints_when_the_step_it_reads_the_config_from_is_replaced(make_cfg, tmp_path,
                                                                                           monkeypatch):
     """checkpoint=final reads the run's config first (early stopping or not): the trainer may delete that step."""

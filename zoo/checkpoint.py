@@ -175,6 +175,8 @@ class Checkpoints:
         try:
             return self.meta(step).get("metrics")
         except Exception:  # noqa: BLE001 — a step with damaged metadata cannot be restored either: not a candidate
+            if not os.path.isdir(os.path.join(self.directory, str(step))):
+                return None  # deleted while being read by a run still training, which saves newer ones: not damage
             log.warning("checkpoint step %d in %s has unreadable metadata; it is not a candidate for the best",
                         step, self.directory)
             return None
