@@ -200,3 +200,29 @@ def test_a_label_equal_to_num_classes_is_refused():
                             "normalize": "none", "normalize_target": False})
     with pytest.raises(UserError, match=r"labels of the train split must be integers in \[0, 3\)"):
         build_dataset(cfg, {"train": (x, y), "test": (x, y % 3)})
+
+
+def test_a_finished_regression_run_saved_with_num_classes_is_read_as_it_was_trained(make_cfg):
+    """dataset.num_classes on a regression dataset is refused for a new run; a run trained while it was ignored
+    holds it in its saved config, which eval.py and export.py read and cannot change."""
+    from zoo.train import build
+
+    cfg = make_cfg("debug=smoke", "dataset=diabetes", "model=linear", "dataset.num_classes=3")
+    with pytest.raises(UserError, match=r"^dataset\.num_classes only applies to classification"):
+        build(cfg)
+    assert build(cfg, for_training=False).data.task == "regression"
+
+
+def test_a_finished_regression_run_saved_with_num_classes_goes_on_without_it(make_cfg):
+    """Its command without dataset.num_classes (which a new run refuses) is the run's own settings, not others."""
+    from omegaconf import OmegaConf
+
+    from zoo.resume import _with_defaults, result_changes
+
+    cfg = make_cfg("debug=smoke", "dataset=diabetes", "model=linear")
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    saved["dataset"]["num_classes"] = 3
+    assert result_changes(saved, cfg) == []
+    assert _with_defaults(saved)["dataset"]["num_classes"] is None  # as resuming its checkpoints compares it
+    saved["dataset"].update(task="classification", num_classes=3)
+    assert result_changes(saved, cfg) != []  # a classification run's num_classes decides its results
