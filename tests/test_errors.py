@@ -178,8 +178,12 @@ BAD_VALUES = [
     ("parallel=pmap parallel.cpu_devices=8 trainer.batch_size=100",
      r"trainer\.batch_size=100 does not split evenly across 8 devices; use 96 or 104\."),
     ("distributed.num_processes=2 distributed.process_id=1",  # ignored, process 1 trained alone and wrote results
-     r"^distributed\.num_processes only applies to distributed=explicit \(or auto\), and without it this command "
-     r"runs one process alone; add distributed=explicit, or remove distributed\.num_processes\.$"),
+     r"^distributed\.num_processes only applies to distributed=explicit, and without it this command runs one "
+     r"process alone; add distributed=explicit, or remove distributed\.num_processes\.$"),
+    ("distributed=auto distributed.process_id=1",  # auto reads the processes from the cluster: ignored there too
+     r"^distributed\.process_id only applies to distributed=explicit; distributed=auto reads the processes from the "
+     r"environment \(SLURM, Open MPI, \.\.\.\) and ignores it: use distributed=explicit, or remove "
+     r"distributed\.process_id\.$"),
     ("trainer.accumulate=0", r"trainer\.accumulate must be a positive number of micro-batches per update, got 0\."),
     ("trainer.accumulate=4", r"trainer\.accumulate=4 does not divide the run's 6 steps, so its last micro-batches "
                              r"would never be applied; set trainer\.max_steps to 4 or 8\."),

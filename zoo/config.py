@@ -237,11 +237,18 @@ def validate_placement(cfg: DictConfig) -> None:
 
 
 def _refuse_process_settings(d: DictConfig) -> None:
-    """distributed.process_id=1 without distributed=explicit would train alone, as if it were the only process."""
-    given = [k for k in ("num_processes", "process_id", "coordinator_address") if d.mode == "none" and d[k] is not None]
-    _require(not given, f"distributed.{given[0] if given else ''} only applies to distributed=explicit (or auto), and "
-             "without it this command runs one process alone; add distributed=explicit, or remove "
-             f"distributed.{given[0] if given else ''}.")
+    """distributed.process_id=1 without distributed=explicit would train alone, as if it were the only process
+    (distributed=auto takes the processes from the environment and ignores it as well)."""
+    given = [k for k in ("num_processes", "process_id", "coordinator_address") if d.get(k) is not None]
+    if d.mode == "explicit" or not given:
+        return
+    setting = f"distributed.{given[0]}"
+    if d.mode == "auto":
+        raise UserError(f"{setting} only applies to distributed=explicit; distributed=auto reads the processes from "
+                        f"the environment (SLURM, Open MPI, ...) and ignores it: use distributed=explicit, or remove "
+                        f"{setting}.")
+    raise UserError(f"{setting} only applies to distributed=explicit, and without it this command runs one process "
+                    f"alone; add distributed=explicit, or remove {setting}.")
 
 
 def validate(cfg: DictConfig, new_run: bool = True) -> None:
