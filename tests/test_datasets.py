@@ -226,3 +226,16 @@ def test_a_finished_regression_run_saved_with_num_classes_goes_on_without_it(mak
     assert _with_defaults(saved)["dataset"]["num_classes"] is None  # as resuming its checkpoints compares it
     saved["dataset"].update(task="classification", num_classes=3)
     assert result_changes(saved, cfg) != []  # a classification run's num_classes decides its results
+
+
+def test_an_http_only_proxy_is_not_the_one_https_downloads_take(monkeypatch):
+    """The catalog downloads over https, which HTTP_PROXY does not carry: one that does not answer is no reason
+    to call the network absent when the download host resolves."""
+    for variable in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        closed = server.getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{closed}")
+    monkeypatch.setattr(sources, "_resolves", lambda host: True)
+    assert sources._network_reachable()

@@ -19,7 +19,7 @@ from zoo.errors import Interrupted, UserError
 tfds.disable_progress_bar()
 SPLITS = ("train", "test")
 PROBE_HOST = "storage.googleapis.com"  # TFDS's own bucket and the MNIST mirror
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy")  # the catalog downloads over https: HTTP_PROXY does not carry it
 # Given a data_dir, TFDS prepares tfrecord by default, which has no random access.
 RANDOM_ACCESS = {"file_format": "array_record"}
 
