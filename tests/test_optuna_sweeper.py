@@ -279,13 +279,20 @@ def test_a_sweep_dir_of_a_study_kept_in_memory_is_refused_before_any_trial(tmp_p
     named."""
     save_job_dir(tmp_path / "old", "0", 0, "test", results={"objective": 0.5})
     launcher = RecordingLauncher()
+
+    def sweep(directory, subdir="${hydra.job.num}"):
+        s = make_sweep(directory, launcher, n_trials=1)
+        s.config.hydra.sweep.subdir = subdir
+        return s
+
     with pytest.raises(UserError, match=rf"^hydra\.sweep\.dir={tmp_path / 'old'} holds the trials of a study kept in "
                                         r"memory \(hydra\.sweeper\.storage=null\), which no command can continue; "
                                         r"choose a new hydra\.sweep\.dir \(with hydra\.sweeper\.storage="):
-        make_sweep(tmp_path / "old", launcher, n_trials=1).sweep([])
+        sweep(tmp_path / "old").sweep([])
     assert launcher.calls == []
-    make_sweep(tmp_path / "new", launcher, n_trials=1).sweep([])  # a new one
-    assert len(launcher.calls) == 1
+    sweep(tmp_path / "new").sweep([])  # a new one
+    sweep(tmp_path / "old", "${now:%H-%M-%S-%f}_${hydra.job.num}").sweep([])  # as the presets: new trials, new dirs
+    assert len(launcher.calls) == 2
 
 
 def test_a_pruner_without_periodic_evals_is_refused_before_any_trial(tmp_path, runs_jobs_here):

@@ -290,6 +290,23 @@ def test_the_same_sweep_run_again_with_another_objective_is_refused(tmp_path, ca
     _refuse_another_objective(config)
 
 
+def test_a_sweep_dir_whose_job_record_does_not_read_is_refused_in_one_sentence(tmp_path, capsys):
+    """Its objective cannot be compared: the check raised a YAML error that Hydra printed as a warning, and let
+    the sweep go on without it."""
+    from zoo.sweeps.summary_callback import _refuse_another_objective
+
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)
+    (tmp_path / "0" / ".hydra" / "overrides.yaml").write_text("[]")
+    (tmp_path / "0" / ".hydra" / "config.yaml").write_text("a: [b\n")
+    basic = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "overrides": {"task": ["seed=0,1"]},
+                                         "sweeper": {"_target_": basic}}})
+    with pytest.raises(SystemExit) as stopped:
+        _refuse_another_objective(config)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path}/0/.hydra/config.yaml cannot be read (ParserError: ")
+
+
 def test_report_refuses_jobs_of_different_objectives(tmp_path, capsys):
     for job, metric in (("a/0", "test/accuracy"), ("b/0", "test/loss")):
         (tmp_path / job / ".hydra").mkdir(parents=True)

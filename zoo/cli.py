@@ -305,10 +305,18 @@ def run_task(fn, cfg):
 
 def complete_despite_sigterm() -> None:
     """A single run is complete once its task returns, its results written: a SIGTERM while the process exits
-    (Hydra's end callbacks, the interpreter's shutdown) ended it with 143, as if it had been stopped. A multirun's
-    next job must still stop on one."""
+    (Hydra's end callbacks, the interpreter's shutdown) ended it with 143, as if it had been stopped. It now ends
+    the process at once with 0 (not ignored: an exit that hangs must still yield to it). A multirun's next job must
+    still stop on one."""
     if not in_multirun():
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _exit_complete)
+
+
+def _exit_complete(signum, frame) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # closed or broken: nothing left to say there
+            stream.flush()
+    os._exit(0)
 
 
 def _exit_if_the_users(e: BaseException) -> None:

@@ -200,10 +200,12 @@ class OptunaSweep:
         return study
 
     def _refuse_a_lost_study(self) -> None:
-        """A study kept in memory ended with its command; its trials' directories would refuse a new study's trials
-        of the same numbers, one job after another."""
+        """A study kept in memory ended with its command; its trials' directories, named by their numbers, would
+        refuse a new study's trials of the same numbers, one job after another. (The presets' directories carry
+        the time as well: a new study's trials get new ones.)"""
         sweep_dir = str(self.config.hydra.sweep.dir)
-        if self.storage is None and find_job_dirs(sweep_dir):
+        numbered = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}"
+        if self.storage is None and numbered and find_job_dirs(sweep_dir):
             raise UserError(f"hydra.sweep.dir={sweep_dir} holds the trials of a study kept in memory "
                             "(hydra.sweeper.storage=null), which no command can continue; choose a new "
                             "hydra.sweep.dir (with hydra.sweeper.storage=sqlite:///${hydra.sweep.dir}/optuna.db, "

@@ -26,6 +26,7 @@ from zoo.files import write_json
 from zoo.loop import TrialPruned
 from zoo.run_logger import draw_summary_plot
 from zoo.sweeps import report
+from zoo.sweeps.jobs import DamagedJob, job_record
 
 log = logging.getLogger(__name__)
 _batch = {"open": False, "last": None}  # last: the summary the batch's last ended job would have written
@@ -72,7 +73,10 @@ def _refuse_another_objective(config: DictConfig) -> None:
     swept = {o.get_key_element().lstrip("+~") for o in overrides if o.is_sweep_override()}
     if swept & set(OBJECTIVE_KEYS) or (OmegaConf.select(config, "optimized_metric") is None and swept & set(TASK_KEYS)):
         return  # each job's objective is its own value of the swept key, not the config's
-    theirs, ours = report.objective_name(OmegaConf.load(os.path.join(jobs[0], ".hydra", "config.yaml"))), None
+    try:
+        theirs, ours = report.objective_name(job_record(jobs[0], "config.yaml")), None
+    except DamagedJob as e:  # its summary could not place that job either
+        exit_with(UserError(f"{e}"))
     with contextlib.suppress(Exception):  # a config the jobs will refuse on their own
         ours = report.objective_name(config)
     if ours is not None and ours != theirs:
