@@ -205,12 +205,16 @@ def test_a_label_equal_to_num_classes_is_refused():
 def test_a_finished_regression_run_saved_with_num_classes_is_read_as_it_was_trained(make_cfg):
     """dataset.num_classes on a regression dataset is refused for a new run; a run trained while it was ignored
     holds it in its saved config, which eval.py and export.py read and cannot change."""
+    from omegaconf import OmegaConf
+
+    from zoo.config import saved_with_defaults
     from zoo.train import build
 
     cfg = make_cfg("debug=smoke", "dataset=diabetes", "model=linear", "dataset.num_classes=3")
     with pytest.raises(UserError, match=r"^dataset\.num_classes only applies to classification"):
         build(cfg)
-    assert build(cfg, for_training=False).data.task == "regression"
+    read = saved_with_defaults(OmegaConf.to_container(cfg, resolve=True))  # as eval.py and resuming read it
+    assert read.dataset.num_classes is None and build(read, for_training=False).data.task == "regression"
 
 
 def test_a_finished_regression_run_saved_with_num_classes_goes_on_without_it(make_cfg):

@@ -328,6 +328,8 @@ def saved_with_defaults(saved: dict) -> DictConfig:
     if saved["dataset"].get("tfds_name") != "zoo_synthetic_linear":
         for key in GENERATOR_KEYS:  # runs saved before these keys became synthetic_linear's alone
             saved["dataset"].pop(key, None)
+    if saved["dataset"].get("task", "classification") != "classification":
+        saved["dataset"]["num_classes"] = None  # runs saved while regression ignored it: read as they trained
     return OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
 
 

@@ -61,13 +61,9 @@ def _value(key: str, settings: dict, defaults: dict) -> tuple:
 def _with_defaults(saved: dict) -> dict:
     """A saved config with the settings added since it was saved at their defaults, to compare with a new one."""
     try:
-        saved = OmegaConf.to_container(saved_with_defaults(saved), resolve=True)
+        return OmegaConf.to_container(saved_with_defaults(saved), resolve=True)
     except Exception:  # noqa: BLE001 — a setting this version lacks: compared as saved, and so reported
-        pass
-    dataset = saved.get("dataset") or {}
-    if dataset.get("task", "classification") != "classification" and dataset.get("num_classes") is not None:
-        saved = {**saved, "dataset": {**dataset, "num_classes": None}}  # ignored when it trained (now refused)
-    return saved
+        return saved
 
 
 def result_changes(saved: dict, cfg: DictConfig) -> list:

@@ -118,8 +118,6 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
     if for_training:
         check_batch_divides(cfg.trainer.batch_size, mode.num_devices)
-    if not for_training and cfg.dataset.task != "classification" and cfg.dataset.num_classes is not None:
-        cfg.dataset.num_classes = None  # ignored by the run that saved it, before new runs were refused it
     data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
     task = TASKS[data.task]
     stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed, cfg.dataset.validation_fraction)
