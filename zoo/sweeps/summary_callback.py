@@ -76,7 +76,7 @@ def _refuse_another_objective(config: DictConfig) -> None:
     try:
         theirs, ours = report.objective_name(job_record(jobs[0], "config.yaml")), None
     except DamagedJob as e:  # its summary could not place that job either
-        exit_with(UserError(f"{e}"))
+        exit_with(UserError(str(e)))
     with contextlib.suppress(Exception):  # a config the jobs will refuse on their own
         ours = report.objective_name(config)
     if ours is not None and ours != theirs:
