@@ -78,3 +78,28 @@ def test_reference_has_the_zoo_architecture(make_cfg, kind, dataset, overrides):
 
     assert shapes(params) == shapes(nnx.state(model, nnx.Param))
     assert shapes(stats) == shapes(nnx.state(model, nnx.BatchStat))
+
+
+def test_time_to_accuracy_note_reports_the_accuracy_reached():
+    from zoo.bench.process import tta_rows
+
+    result = {"reached": True, "step": 70, "accuracy": 0.9805, "best_accuracy": 0.9805, "train_called": 0.5,
+              "end": 3.5, "peak_rss_mb": 400.0}
+    tta = tta_rows({"mlp": result}, {"mlp": 0.975})[0]
+    assert tta["value"] == 3.0 and tta["met"] is True and tta["target"] == "acc >= 0.975"
+    assert tta["note"].startswith("test acc 0.9805 at step 70"), tta["note"]
+
+
+def test_printed_table_has_the_iqr_and_its_rounds():
+    """As docs/benchmarks.md's table: the IQR column carries the number of rounds it was taken over."""
+    from zoo.bench.suite import format_table
+    from zoo.bench.util import row
+
+    meta = {"backend": "cpu", "devices": ["cpu"], "cpu_count": 2, "jax": "x", "flax": "y", "spread": "IQR",
+            "wall_s": 1.0}
+    table = format_table({"meta": meta, "rows": [row("step_ratio/mlp", [1.0, 2.0, 3.0, 4.0, 5.0], "x",
+                                                     target=(">=", 0.95))]})
+    header, _, line = table.splitlines()[:3]
+    assert [c.strip() for c in header.strip("|").split("|")][:3] == ["row", "median", "IQR (n)"]
+    assert [c.strip() for c in line.strip("|").split("|")][:6] == ["step_ratio/mlp", "3", "2–4 (5)", "x", ">= 0.95",
+                                                                   "yes"]

@@ -65,7 +65,7 @@ def _time_to_accuracy(spec: dict) -> dict:
         zoo.outputs.RunLogger = RunLogger
     end = seen.get("reached", time.time())
     return {"train_called": started, "end": end, "reached": "reached" in seen, "step": seen.get("step"),
-            "best_accuracy": seen["best"], "peak_rss_mb": peak_rss_mb()}
+            "accuracy": seen.get("accuracy"), "best_accuracy": seen["best"], "peak_rss_mb": peak_rss_mb()}
 
 
 def peak_rss_mb() -> float:
@@ -166,7 +166,7 @@ def tta_specs(sizes, where, targets: dict) -> dict:
 def tta_rows(results: dict, targets: dict, in_process: bool = False) -> list:
     rows = []
     for model, r in results.items():
-        note = (f"test acc {targets[model]} at step {r['step']}" if r["reached"]
+        note = (f"test acc {r['best_accuracy']:.4g} at step {r['step']}" if r["reached"]
                 else f"not reached; best {r['best_accuracy']:.4f}")
         tta = row(f"time_to_accuracy/{model}", round(r["end"] - r["train_called"], 3) if r["reached"] else None,
                   "s", note=note + "; incl. compile", process_seconds=round(r["end"], 3), **r)

@@ -114,11 +114,11 @@ def _fmt(v) -> str:
 
 
 def format_table(result: dict) -> str:
-    header = ("row", "median", "IQR", "unit", "target", "met", "note")
+    header = ("row", "median", "IQR (n)", "unit", "target", "met", "note")
     lines = []
     for r in result["rows"]:
         s = r["spread"]
-        iqr = f"{_fmt(s['q25'])}–{_fmt(s['q75'])}" if s and s["n"] > 1 else ""
+        iqr = f"{_fmt(s['q25'])}–{_fmt(s['q75'])} ({s['n']})" if s and s["n"] > 1 else ""
         met = {True: "yes", False: "NO", None: ""}[r["met"]]
         lines.append((r["id"], _fmt(r["value"]), iqr, r["unit"], r["target"] or "", met, r["note"]))
     widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
