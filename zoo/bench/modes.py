@@ -3,7 +3,8 @@
     python -m zoo.bench.modes [--devices 8] [--steps 200] [--quick]
 
 The devices are simulated CPU devices: these figures show the modes work and what their overhead is on
-one CPU, not a speed-up. Checkpoint cost is steps/s with saves every N steps vs none, same run otherwise.
+one CPU, not a speed-up. Checkpoint cost is steps/s with saves every N steps vs none, same run otherwise; those
+steps/s are train()'s steps over its wall_time_s (build, compile and final evals included), not the loop's.
 """
 import argparse
 import json
