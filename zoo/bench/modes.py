@@ -57,7 +57,8 @@ def time_checkpointing(base: list, steps: int, every: int) -> dict:
     from zoo.train import train
 
     rates = {}
-    for label, extra in (("off", ["checkpoint.enabled=false"]), (f"every {every}", [f"trainer.checkpoint_every={every}"])):
+    variants = (("off", ["checkpoint.enabled=false"]), (f"every {every}", [f"trainer.checkpoint_every={every}"]))
+    for label, extra in variants:
         with tempfile.TemporaryDirectory() as out:
             results = train(_compose(base + extra + [f"trainer.max_steps={steps}", f"paths.output_dir={out}"]))
             rates[label] = results["steps"] / results["wall_time_s"]

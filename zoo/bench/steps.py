@@ -121,9 +121,11 @@ def step_benchmarks(kind: str, sizes, where) -> list:
     logger.close("accuracy")
     loop_sps = [n / v for v in t["loop"]]
     rows.append(row(f"loop_efficiency/{kind}", ratios(t["isolated"], t["loop"]), "x", target=(">=", 0.90),
-                    note=f"fit {median(loop_sps):,.0f} steps/s, log_every {cfg.trainer.log_every}", loop_steps_per_s=loop_sps, isolated_s=t["isolated"]))
+                    note=f"fit {median(loop_sps):,.0f} steps/s, log_every {cfg.trainer.log_every}",
+                    loop_steps_per_s=loop_sps, isolated_s=t["isolated"]))
     pipe_eps = [n * batch_size / v for v in t["pipeline"]]
     rows.append(row(f"pipeline/{kind}", ratios(t["isolated"], t["pipeline"]), "x",
-                    note=f"{median(pipe_eps):,.0f} ex/s alone vs {n * batch_size / median(t['isolated']):,.0f} ex/s consumed",
+                    note=f"{median(pipe_eps):,.0f} ex/s alone vs "
+                         f"{n * batch_size / median(t['isolated']):,.0f} ex/s consumed",
                     pipeline_examples_per_s=pipe_eps))
     return rows
