@@ -84,7 +84,8 @@ def test_a_catalog_dataset_prepared_as_tfrecord_is_named_as_such(make_cfg, tmp_p
     [info] = (tmp_path / "zoo_digits").rglob("dataset_info.json")  # as `tfds.load` would have left it
     info.write_text(info.read_text().replace('"fileFormat": "array_record"', '"fileFormat": "tfrecord"'))
     monkeypatch.setattr(sources, "_network_reachable", lambda: False)
-    with pytest.raises(UserError, match=r"dataset=mnist in paths\.data_dir=.* is prepared as tfrecord, which "
+    with pytest.raises(UserError, match=r"dataset=mnist \(dataset\.tfds_name=zoo_digits\) in paths\.data_dir=.* is "
+                                        r"prepared as tfrecord, which "
                                         r"cannot be read record by record; prepare it again with builder_kwargs="):
         sources._open_catalog(cfg, str(tmp_path))
 

@@ -255,8 +255,8 @@ def test_catalog_dataset_offline_fails_fast_and_says_what_to_do(make_cfg, tmp_pa
         train(cfg)  # without the DNS probe TFDS retries for minutes before failing
     versioned = make_cfg("dataset.embedded=false", "dataset.tfds_name=mnist:3.0.1", "debug=smoke",
                          f"paths.data_dir={tmp_path / 'empty'}")
-    with pytest.raises(UserError, match=r"^dataset\.tfds_name=mnist:3\.0\.1 is not prepared in .*copy "
-                                        r"DIR/mnist/3\.0\.1 into paths\.data_dir"):
+    with pytest.raises(UserError, match=r"^dataset=digits \(dataset\.tfds_name=mnist:3\.0\.1\) is not prepared in "
+                                        r".*copy DIR/mnist/3\.0\.1 into paths\.data_dir"):
         train(versioned)  # named as set, and its directory where TFDS writes it
 
 

@@ -113,8 +113,8 @@ def _answers(proxy: str, timeout: float) -> bool:
 
 
 def _catalog_name(cfg) -> str:
-    """How a refusal names the catalog dataset: by its config, or by dataset.tfds_name where that was changed."""
-    return f"dataset={cfg.name}" if cfg.tfds_name == cfg.name else f"dataset.tfds_name={cfg.tfds_name}"
+    """How a refusal names the catalog dataset: by its config, and by its catalog name where that is another."""
+    return f"dataset={cfg.name}" + ("" if cfg.tfds_name == cfg.name else f" (dataset.tfds_name={cfg.tfds_name})")
 
 
 def _prepared_dir(tfds_name: str) -> str:
