@@ -156,7 +156,10 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
         checkpoint_due = (checkpoint_every and step % checkpoint_every == 0) or (stop_early and eval_metrics)
         stopping = agree_on_stop(stop)
         if save and step < total_steps and (checkpoint_due or stopping or pruned or ended):
-            save(step, mode.get(compiled.state(leaves)), compiled.get_sums(acc), eval_metrics)
+            # a checkpoint taken only because of a stop carries no eval metrics: it must not compete for the best
+            # kept one, which then stays the uninterrupted run's
+            scored = eval_metrics if checkpoint_due or pruned or ended else None
+            save(step, mode.get(compiled.state(leaves)), compiled.get_sums(acc), scored)
         if pruned:
             raise TrialPruned(f"pruned at step {step} by the sweep's pruner ({periodic_split}: "
                               f"{metric_summary(eval_metrics)})")

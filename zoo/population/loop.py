@@ -78,12 +78,13 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
                     continue  # done before, or not yet started: nothing new to save
                 ended = step == m.end and step < total_steps  # early stopping ended it at this eval
                 pruned = i in evals and m.on_eval is not None and m.on_eval(step, evals[i])
-                if step < total_steps and (checkpoint_due or stopping or pruned or ended or
-                                           (m.outputs.early is not None and i in evals)):
+                scored = checkpoint_due or pruned or ended or (m.outputs.early is not None and i in evals)
+                if step < total_steps and (scored or stopping):
                     if saved_states is None:
                         saved_states = jax.device_get((states, accs))
+                    # a checkpoint taken only because of a stop carries no eval metrics (see zoo.loop.fit)
                     writes.append(_prepare_write(m, step, member(saved_states[0], i), member(saved_states[1], i),
-                                                 evals.get(i)))
+                                                 evals.get(i) if scored else None))
                 if pruned and m.error is None:
                     m.error = TrialPruned(f"pruned at step {step} by the sweep's pruner ({eval_set[0]}: "
                                           f"{metric_summary(evals[i])})")
