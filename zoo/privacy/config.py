@@ -10,6 +10,10 @@ ACCOUNTANT_NAMES = ("pld", "rdp")
 # Less noise than this (other than none) bounds nothing (epsilon > ~20 on digits), and the PLD accountant needs
 # minutes for it or fails: as sigma -> 0 its evaluations slow down (52 s instead of 5 s from 0.05).
 MIN_NOISE_MULTIPLIER = 0.3
+# More noise than this drowns every gradient (epsilon is 0 to the accountant's precision); from ~1e154 dp-accounting
+# overflows (OverflowError) and from ~1e10 its RDP orders fail to converge.
+MAX_NOISE_MULTIPLIER = 1e6
+FLOAT32_MAX = 3.4028234663852886e38  # the noise std is a float32 in the step: beyond it the noise is inf
 # Null unless DP-SGD is asked for: set under privacy=none, they would train without privacy and say nothing.
 DPSGD_ONLY = ("target_epsilon", "noise_multiplier", "delta")
 
@@ -49,6 +53,13 @@ def validate_privacy(cfg, new_run: bool = True) -> None:
         raise UserError(f"privacy.noise_multiplier={p.noise_multiplier} is below {MIN_NOISE_MULTIPLIER}, where the "
                         "guarantee bounds nothing and its accounting takes minutes; use at least "
                         f"{MIN_NOISE_MULTIPLIER}, or 0 to clip without noise (no guarantee).")
+    if p.noise_multiplier is not None and p.noise_multiplier > MAX_NOISE_MULTIPLIER:
+        raise UserError(f"privacy.noise_multiplier={p.noise_multiplier:g} is above {MAX_NOISE_MULTIPLIER:g}, where "
+                        "the noise drowns every gradient and dp-accounting overflows; use at most "
+                        f"{MAX_NOISE_MULTIPLIER:g}.")
+    if p.noise_multiplier and p.noise_multiplier * p.l2_clip > FLOAT32_MAX:
+        raise UserError(f"privacy.noise_multiplier * privacy.l2_clip = {p.noise_multiplier * p.l2_clip:g} is a noise "
+                        "std beyond float32, which makes every update inf; lower privacy.l2_clip.")
     if p.target_epsilon is not None and not is_positive_finite(p.target_epsilon):
         raise UserError(f"privacy.target_epsilon must be a positive finite number, got {p.target_epsilon!r}.")
     if p.delta is not None and not 0 < p.delta < 1:
