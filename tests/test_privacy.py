@@ -437,6 +437,19 @@ def test_the_batch_bound_holds_for_the_neighbouring_dataset_of_one_more_example(
     assert 10 * stats.binom.sf(rows - 1, 101, 0.5) > 1e-6  # and no fewer rows would do
 
 
+def test_a_small_delta_does_not_grow_the_batch_to_the_whole_split():
+    """A small privacy.delta asks for an overflow probability below 1e-17, where scipy's binom.isf gives n."""
+    from scipy import stats
+
+    from zoo.privacy.sampling import max_batch_size
+
+    n, q = 1437, 16 / 1437
+    for target in (1e-10, 1e-19, 1e-30):
+        rows, p = max_batch_size(n, q, 6, target)
+        assert p <= target and 6 * stats.binom.sf(rows - 1, n + 1, q) > target  # the fewest rows that do
+        assert rows < 100  # 65 rows at 1e-19 for 16 expected examples, not 1438
+
+
 def test_each_train_record_carries_the_epsilon_spent_by_its_step(make_cfg, tmp_path):
     from zoo.privacy.accountant import epsilon
     results = train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=1.0"))

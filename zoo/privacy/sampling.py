@@ -21,7 +21,9 @@ def max_batch_size(n: int, q: float, steps: int, overflow_probability: float, mu
     p <= overflow_probability. Counted for n + 1 examples: the neighbouring dataset may hold one more."""
     from scipy import stats  # ~0.5 s to import: private runs only
 
-    rows = int(stats.binom.isf(overflow_probability / max(steps, 1), n + 1, q))
+    # the smallest k with P(count > k) within the share; binom.isf returns n below ~1e-17 (a small privacy.delta)
+    tail = stats.binom.sf(np.arange(n + 2), n + 1, q)
+    rows = int(np.argmax(tail <= overflow_probability / max(steps, 1)))
     rows = min(-(-rows // multiple) * multiple, -(-(n + 1) // multiple) * multiple)
     return rows, float(min(1.0, steps * stats.binom.sf(rows, n + 1, q)))
 
