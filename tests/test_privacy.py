@@ -488,6 +488,17 @@ def test_eval_of_a_dp_run_does_not_log_its_training_plan_again(make_cfg, tmp_pat
     assert "DP-SGD: q=" not in caplog.text and "is more than" not in caplog.text
 
 
+def test_a_delta_the_pld_accountant_cannot_bound_is_refused(make_cfg):
+    """Below ~1e-15 PLD gives epsilon inf at any sensible noise: target_epsilon=3 was met by noise 113 (accuracy at
+    chance, epsilon 0.006 recorded). RDP bounds it."""
+    with pytest.raises(UserError, match=r"^privacy\.delta=1e-20 is below what the pld accountant can bound .*; raise "
+                                        r"privacy\.delta \(e\.g\. 1e-10\) or set privacy\.accountant=rdp\.$"):
+        train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.target_epsilon=3", "privacy.delta=1e-20"))
+    results = train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.target_epsilon=3", "privacy.delta=1e-20",
+                             "privacy.accountant=rdp"))
+    assert results["privacy"]["noise_multiplier"] < 2
+
+
 def test_the_plan_is_said_only_by_a_run_that_trains(make_cfg, caplog):
     """A rerun refused for other settings, or of the finished run, trains nothing: no plan line precedes it."""
     from zoo.errors import UserError

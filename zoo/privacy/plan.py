@@ -75,6 +75,12 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     q = batch_size / n
     delta = p.delta if p.delta is not None else min(1e-5, 1.0 / n)
     accountant_delta = delta * (1 - OVERFLOW_SHARE)
+    # PLD's own discretisation cannot bound a delta below ~1e-15: even one step at noise 1 is then epsilon inf, and
+    # a target_epsilon would be "met" only by noise that drowns every gradient (113 on digits at 1e-20)
+    if p.accountant == "pld" and math.isinf(acc.epsilon(q, 1.0, 1, accountant_delta, "pld")):
+        raise UserError(f"privacy.delta={delta:.3g} is below what the pld accountant can bound (epsilon inf unless "
+                        "the noise drowns the gradients); raise privacy.delta (e.g. 1e-10) or set "
+                        "privacy.accountant=rdp.")
     sigma = p.noise_multiplier
     if sigma is None:
         sigma = acc.solve_noise_multiplier(q, planned_steps, p.target_epsilon, accountant_delta, p.accountant)
