@@ -144,7 +144,7 @@ class RunDirCheck(Callback):
         _exit_if_in_use(sweep, "hydra.sweep.dir", config)
         global _sweep_dir
         _sweep_dir = os.path.abspath(sweep)
-        numbered = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}"
+        numbered = numbered_job_dirs(config)
         for job in os.listdir(sweep):  # a rerun in the same sweep dir: its jobs' dirs
             if numbered and job.isdigit() and not os.path.isdir(os.path.join(sweep, job)):
                 exit_with(UserError(f"something is in the way at {os.path.join(sweep, job)} (a file where job {job} "
@@ -158,6 +158,11 @@ class RunDirCheck(Callback):
         subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
         if config.hydra.mode == RunMode.MULTIRUN and "hydra.job.num" not in str(subdir):  # else one dir a job
             run_record.remember(config.hydra.runtime.output_dir, config.hydra.output_subdir)
+
+
+def numbered_job_dirs(config) -> bool:
+    """Whether a sweep's job folders are named by job number alone (Hydra's default hydra.sweep.subdir)."""
+    return OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}"
 
 
 def holds_training_run(path: str) -> bool:

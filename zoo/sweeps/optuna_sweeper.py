@@ -15,6 +15,7 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from zoo.cli import numbered_job_dirs
 from zoo.errors import UserError, brief
 from zoo.loop import TrialPruned
 from zoo.sweeps import trial_link
@@ -204,8 +205,7 @@ class OptunaSweep:
         refuse a new study's trials of the same numbers, one job after another. (The presets' directories carry
         the time as well: a new study's trials get new ones.)"""
         sweep_dir = str(self.config.hydra.sweep.dir)
-        numbered = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}"
-        if self.storage is None and numbered and find_job_dirs(sweep_dir):
+        if self.storage is None and numbered_job_dirs(self.config) and find_job_dirs(sweep_dir):
             raise UserError(f"hydra.sweep.dir={sweep_dir} holds the trials of a study kept in memory "
                             "(hydra.sweeper.storage=null), which no command can continue; choose a new "
                             "hydra.sweep.dir (with hydra.sweeper.storage=sqlite:///${hydra.sweep.dir}/optuna.db, "
