@@ -385,3 +385,34 @@ def test_a_grid_over_datasets_run_again_is_not_refused_for_the_base_configs_obje
     with pytest.raises(SystemExit) as stopped:
         _refuse_another_objective(config)
     assert stopped.value.code == 2 and "holds jobs that optimised test/loss" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sweep", ["seed=range(0)", "model=glob(zzz*)"])
+@pytest.mark.parametrize("launcher", ["basic", "population"])
+def test_a_grid_of_no_jobs_is_refused_in_one_sentence_before_the_sweep_dir_is_made(data_dir, tmp_path, sweep,
+                                                                                    launcher):
+    """It exited 0 with an empty summary (the population launcher: a ValueError traceback)."""
+    sweep_dir = tmp_path / "empty"
+    proc = multirun(data_dir, sweep_dir, sweep, f"hydra/launcher={launcher}", check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (f"error: {sweep} sweeps over no values, so the multirun would "
+                                                    "run no jobs; give it at least one value.")
+    assert not sweep_dir.exists()
+
+
+def test_a_grid_of_no_jobs_from_the_sweepers_params_is_refused(tmp_path, capsys):
+    """hydra.sweeper.params (set in a config file) sweeps as the command line does; a later value of the same key
+    on the command line replaces its sweep, as the basic sweeper does."""
+    from zoo.cli import RunDirCheck, _exit_if_no_jobs
+
+    def config(*task):
+        return OmegaConf.create({"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper."
+                                                                    "BasicSweeper", "params": {"seed": "range(3,1)"}},
+                                           "overrides": {"task": list(task)}, "sweep": {"dir": str(tmp_path / "s")}}})
+
+    with pytest.raises(SystemExit) as exit_:
+        RunDirCheck().on_multirun_start(config("model=linear,mlp"))
+    assert exit_.value.code == 2 and not (tmp_path / "s").exists()
+    assert capsys.readouterr().err == ("error: seed=range(3,1) sweeps over no values, so the multirun would run no "
+                                       "jobs; give it at least one value.\n")
+    _exit_if_no_jobs(config("seed=1"))  # the command line's seed wins: one job

@@ -135,6 +135,7 @@ class RunDirCheck(Callback):
         run_record.remember(run_dir, config.hydra.output_subdir)
 
     def on_multirun_start(self, config, **kwargs) -> None:
+        _exit_if_no_jobs(config)  # before the sweep dir is made: nothing would go into it
         _exit_if_inside_checkpoints(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
@@ -158,6 +159,25 @@ class RunDirCheck(Callback):
         subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
         if config.hydra.mode == RunMode.MULTIRUN and "hydra.job.num" not in str(subdir):  # else one dir a job
             run_record.remember(config.hydra.runtime.output_dir, config.hydra.output_subdir)
+
+
+def _exit_if_no_jobs(config) -> None:
+    """Hydra's basic sweeper runs the product of its sweeps' values: one sweep without any (range(0), a glob that
+    matches no option) gives a multirun of no jobs, which ended in exit 0 and an empty summary. Other sweepers
+    check their own search spaces."""
+    if "BasicSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
+        return
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    lines = [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
+    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() else None
+    by_key = {o.get_key_element(): o for o in OverridesParser.create(config_loader=loader).parse_overrides(lines)}
+    for override in by_key.values():  # as the sweeper does: a key's last override replaces its earlier ones
+        if override.is_discrete_sweep() and not any(True for _ in override.sweep_string_iterator()):
+            exit_with(UserError(f"{override.input_line} sweeps over no values, so the multirun would run no jobs; "
+                                "give it at least one value."))
 
 
 def numbered_job_dirs(config) -> bool:
