@@ -416,3 +416,18 @@ def test_a_grid_of_no_jobs_from_the_sweepers_params_is_refused(tmp_path, capsys)
     assert capsys.readouterr().err == ("error: seed=range(3,1) sweeps over no values, so the multirun would run no "
                                        "jobs; give it at least one value.\n")
     _exit_if_no_jobs(config("seed=1"))  # the command line's seed wins: one job
+
+
+def test_another_grid_refused_by_a_finished_sweeps_jobs_leaves_its_files_as_they_were(data_dir, tmp_path):
+    """Hydra's sweeper rewrites multirun.yaml before the first job: the refused command's was left behind, and the
+    summary's swept keys and job count followed it."""
+    sweep = tmp_path / "grid"
+    multirun(data_dir, sweep, "model=linear,mlp")
+    files = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    refused = multirun(data_dir, sweep, "optimizer.learning_rate=0.1,0.2", check=False)
+    assert refused.returncode == 1 and "was trained with other settings: model._target_" in refused.stderr
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == files
+    grown = multirun(data_dir, sweep, "model=linear,mlp,cnn")  # its first jobs stand: the new command's plan holds
+    assert "- model=linear,mlp,cnn" in (sweep / "multirun.yaml").read_text(), grown.stderr[-2000:]
+    assert "Jobs: 3 (3 completed)" in (sweep / "summary.md").read_text()
+

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import preemption
 from zoo.errors import RunRefused, UserError, exit_with
-from zoo.files import write_json
+from zoo.files import write_json, write_text
 from zoo.loop import TrialPruned
 from zoo.run_logger import draw_summary_plot
 from zoo.sweeps import report
@@ -109,17 +109,25 @@ class SweepSummary(Callback):
     def __init__(self) -> None:
         self.known = {}  # what report.collect need not read again: the objective, finished jobs' rows
         self.plot_each_job = False  # set by a failed job: the sweep may end without on_multirun_end
+        # multirun.yaml before this command (None: none), this command's once its sweeper wrote it, and whether
+        # every job of it so far was refused
+        self.earlier_plan, self.own_plan, self.all_refused = None, None, True
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Optuna opens sqlite:///<sweep dir>/optuna.db before the launcher creates the sweep dir.
         os.makedirs(config.hydra.sweep.dir, exist_ok=True)
         _refuse_other_sweeps(str(config.hydra.sweep.dir))
         _refuse_another_objective(config)
+        with contextlib.suppress(OSError):  # a new sweep dir
+            self.earlier_plan = _read_text(_plan_path(config))
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         """A job run again in its directory (a resumed sweep) ends anew: what was read there before is stale."""
         if config.hydra.mode != RunMode.MULTIRUN:
             return
+        if self.own_plan is None:
+            with contextlib.suppress(OSError):  # a sweeper that writes none
+                self.own_plan = _read_text(_plan_path(config))
         job_dir, rows = os.path.abspath(config.hydra.runtime.output_dir), self.known.get("rows", {})
         for known in (rows, self.known.get("names", {})):
             for key in [k for k in known if os.path.abspath(k) == job_dir]:
@@ -134,11 +142,13 @@ class SweepSummary(Callback):
             # settings) leaves that run's directory as it was, its failure.json (a stop's) too: the refusal is on
             # the console
             refused = isinstance(job_return._return_value, RunRefused)
+            self._keep_the_plan_of_jobs_that_ran(config, refused)
             if not (refused or os.path.exists(os.path.join(job_dir, "results.json"))):
                 write_failure(job_dir, job_return)
             # a pruned trial is routine: sweepers that prune go on and end with on_multirun_end
             self.plot_each_job |= not isinstance(job_return._return_value, TrialPruned)
         else:  # a stopped job its sweep's rerun has completed: the stop's failure.json no longer holds
+            self._keep_the_plan_of_jobs_that_ran(config, refused=False)
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(job_dir, "failure.json"))
         report_now = functools.partial(self._report_so_far, str(config.hydra.sweep.dir))
@@ -146,6 +156,18 @@ class SweepSummary(Callback):
             _batch["last"] = report_now
         else:
             report_now()
+
+    def _keep_the_plan_of_jobs_that_ran(self, config: DictConfig, refused: bool) -> None:
+        """The sweeper rewrites multirun.yaml before the first job. While every job of this command was refused
+        by the run its directory holds (another grid in a finished sweep's dir), the sweep's own plan is put back:
+        its summary's swept keys and job count stay those of the jobs it lists."""
+        self.all_refused &= refused
+        plan = self.earlier_plan if self.all_refused else self.own_plan
+        path = _plan_path(config)
+        with contextlib.suppress(OSError):  # a sweep dir that cannot be read: the summary warns of it itself
+            if plan is not None and _read_text(path) != plan:
+                write_text(path, plan)
+                self.known.pop("plan", None)  # read from multirun.yaml once, by report.collect
 
     def _report_so_far(self, sweep_dir: str) -> None:
         ending = preemption.received() is not None  # a stop signal ends the sweep after this job: no multirun end
@@ -161,6 +183,15 @@ class SweepSummary(Callback):
         if s is not None:
             print(f"Sweep summary: {os.path.join(s['root'], 'summary.md')}")
             print(report.best_text(s))
+
+
+def _plan_path(config: DictConfig) -> str:
+    return os.path.join(str(config.hydra.sweep.dir), "multirun.yaml")
+
+
+def _read_text(path: str) -> str:
+    with open(path, newline="") as f:
+        return f.read()
 
 
 def _summarise(sweep_dir: str, plot: bool, known: dict):
