@@ -431,3 +431,18 @@ def test_another_grid_refused_by_a_finished_sweeps_jobs_leaves_its_files_as_they
     assert "- model=linear,mlp,cnn" in (sweep / "multirun.yaml").read_text(), grown.stderr[-2000:]
     assert "Jobs: 3 (3 completed)" in (sweep / "summary.md").read_text()
 
+
+def test_a_one_job_sweep_kept_at_its_root_is_rerun_as_any_sweep(data_dir, tmp_path):
+    """With hydra.sweep.subdir=. the job's run lies beside multirun.yaml; its rerun was refused as a run in the
+    sweep dir. The same command now reports the finished job again; another one is refused by that job alone."""
+    sweep = tmp_path / "one"
+    multirun(data_dir, sweep, "model=linear", "hydra.sweep.subdir=.")
+    results, record = (sweep / "results.json").read_bytes(), (sweep / ".hydra" / "overrides.yaml").read_bytes()
+    again = multirun(data_dir, sweep, "model=linear", "hydra.sweep.subdir=.", check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "already holds this finished run" in again.stdout
+    other = multirun(data_dir, sweep, "model=mlp", "hydra.sweep.subdir=.", check=False)
+    assert other.returncode == 1 and "was trained with other settings: model._target_" in other.stderr
+    assert (sweep / "results.json").read_bytes() == results
+    assert (sweep / ".hydra" / "overrides.yaml").read_bytes() == record
+    assert [r["job"] for r in summary_rows(sweep)] == ["."]

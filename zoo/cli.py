@@ -139,10 +139,15 @@ class RunDirCheck(Callback):
         _exit_if_inside_checkpoints(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
-        if os.path.isfile(os.path.join(sweep, ".hydra", "overrides.yaml")):  # as report.find_job_dirs tells a job
+        own_job_at_root = _holds_its_own_job(sweep, config)
+        # a job's record, as report.find_job_dirs tells one
+        if os.path.isfile(os.path.join(sweep, ".hydra", "overrides.yaml")) and not own_job_at_root:
             exit_with(UserError(f"hydra.sweep.dir={sweep} holds a run, which this sweep's summary would list in place "
                                 "of its jobs; choose another hydra.sweep.dir."))
         _exit_if_in_use(sweep, "hydra.sweep.dir", config)
+        if own_job_at_root:
+            _exit_if_in_the_way(sweep, config, "hydra.sweep.dir")
+            run_record.remember(sweep, config.hydra.output_subdir)
         global _sweep_dir
         _sweep_dir = os.path.abspath(sweep)
         numbered = numbered_job_dirs(config)
@@ -178,6 +183,13 @@ def _exit_if_no_jobs(config) -> None:
         if override.is_discrete_sweep() and not any(True for _ in override.sweep_string_iterator()):
             exit_with(UserError(f"{override.input_line} sweeps over no values, so the multirun would run no jobs; "
                                 "give it at least one value."))
+
+
+def _holds_its_own_job(sweep: str, config) -> bool:
+    """A sweep run with hydra.sweep.subdir=. keeps its job's run at its root, beside multirun.yaml: that sweep run
+    again there goes on as any sweep's rerun does. (A single run refuses a multirun's directory as its own.)"""
+    subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
+    return os.path.normpath(str(subdir)) == "." and os.path.isfile(os.path.join(sweep, "multirun.yaml"))
 
 
 def numbered_job_dirs(config) -> bool:
