@@ -427,3 +427,30 @@ def test_an_empty_paths_output_dir_is_one_sentence_and_writes_nothing(data_dir, 
     assert done.stderr.strip().splitlines()[-1] == ("error: paths.output_dir= is not writable (No such file or "
                                                     "directory); set paths.output_dir to a directory you can write.")
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_paths_output_dir_is_held_by_a_multiruns_job_too(data_dir, tmp_path):
+    """A multirun's job with a paths.output_dir set apart from its job dir took no lock: it trained in the
+    directory a single run was writing (a FileNotFoundError traceback from its checkpoints), and a single run
+    started in one a sweep's job was writing would do the same."""
+    out, longer = tmp_path / "out", [*TINY, "trainer.epochs=3000"]
+    in_use = f"paths.output_dir={out} is in use by another command running now; choose another paths.output_dir."
+    single = start([*longer, f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], data_dir)
+    try:
+        wait_for_lines(out / "metrics.jsonl", 1, single)
+        sweep = run(["-m", *longer, "seed=1", f"hydra.sweep.dir={tmp_path / 's'}", f"paths.output_dir={out}"],
+                    data_dir)
+    finally:
+        single.send_signal(signal.SIGTERM)
+        single.communicate(timeout=120)
+    assert sweep.returncode == 1 and in_use in sweep.stderr.splitlines(), sweep.stderr[-2000:]
+    other = tmp_path / "other"
+    sweep = start(["-m", *longer, f"hydra.sweep.dir={tmp_path / 's2'}", f"paths.output_dir={other}"], data_dir)
+    try:
+        wait_for_lines(other / "metrics.jsonl", 1, sweep)
+        single = run([*longer, "seed=1", f"hydra.run.dir={tmp_path / 'b'}", f"paths.output_dir={other}"], data_dir)
+    finally:
+        sweep.send_signal(signal.SIGTERM)
+        sweep.communicate(timeout=120)
+    assert single.returncode == 2
+    assert single.stderr.strip().splitlines()[-1] == f"error: {in_use.replace(str(out), str(other))}"

@@ -129,6 +129,21 @@ def test_jobs_given_one_directory_run_one_after_another_as_under_the_basic_launc
     assert runs["population"] == runs["basic"]  # seed 0's run alone, logged once
 
 
+def test_jobs_given_one_paths_output_dir_run_one_after_another_as_under_the_basic_launcher(data_dir, tmp_path):
+    """A paths.output_dir fixed for the whole sweep: its jobs were trained together into it, and orbax failed to
+    write their checkpoints over each other's."""
+    runs = {}
+    for launcher in ("basic", "population"):
+        out = tmp_path / f"out_{launcher}"
+        proc = multirun(data_dir, tmp_path / launcher, f"hydra/launcher={launcher}", "seed=0,1",
+                        f"paths.output_dir={out}", check=False)
+        said = proc.stderr + proc.stdout
+        assert proc.returncode == 1 and "one population" not in said and "orbax" not in said, said[-3000:]
+        assert "already holds a finished run trained with other settings: seed (0 -> 1)" in said
+        runs[launcher] = [{k: v for k, v in json.loads(line).items() if k != "examples_per_s"}
+                          for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert runs["population"] == runs["basic"]  # seed 0's run alone, logged once
+
 def test_pmap_is_refused_before_any_training(data_dir, tmp_path):
     proc = multirun(data_dir, tmp_path / "pmap", "hydra/launcher=population", "seed=0,1", "parallel=pmap",
                     "parallel.cpu_devices=2", check=False)

@@ -36,10 +36,14 @@ def new_run_dir(out_dir: str | None = None) -> str:
 def run_dir_setting(out_dir: str) -> str:
     """The setting that put a run's outputs in `out_dir`: hydra.run.dir, or paths.output_dir where a command set it
     apart from its Hydra run directory (a new hydra.run.dir would then find the same run again)."""
-    if in_multirun() or not HydraConfig.initialized():
-        return "hydra.run.dir"
-    hydra_dir = HydraConfig.get().runtime.output_dir
-    return "hydra.run.dir" if os.path.realpath(out_dir) == os.path.realpath(hydra_dir) else "paths.output_dir"
+    return "paths.output_dir" if not in_multirun() and _apart_from_job_dir(out_dir) else "hydra.run.dir"
+
+
+def _apart_from_job_dir(out_dir: str) -> bool:
+    """Whether `out_dir` is not the current job's Hydra run directory (a paths.output_dir set apart from it)."""
+    if not HydraConfig.initialized():
+        return False
+    return os.path.realpath(out_dir) != os.path.realpath(HydraConfig.get().runtime.output_dir)
 
 
 def named_run_dir(out_dir: str) -> str:
@@ -275,14 +279,22 @@ def _hold(path: str) -> bool:
     return True
 
 
-def hold_output_dir(output_dir: str, cfg) -> None:
-    """RunDirCheck holds hydra.run.dir; a paths.output_dir set apart from it is held here, else two commands with
-    the same one would write one run's checkpoints and results.json together."""
-    if run_dir_setting(output_dir) != "paths.output_dir" or cfg.distributed.mode != "none":
-        return
-    if not _hold(os.path.abspath(output_dir)):
+def hold_output_dir(output_dir: str, cfg) -> str | None:
+    """RunDirCheck holds hydra.run.dir (a multirun: hydra.sweep.dir, its jobs' dirs below it); a paths.output_dir
+    set apart from the job's directory is held here, a multirun's job's too, else two commands with the same one
+    would write one run's checkpoints and results.json together. Returns the directory if this call took it."""
+    path = os.path.abspath(output_dir)
+    if not _apart_from_job_dir(output_dir) or cfg.distributed.mode != "none" or path in _held:
+        return None
+    if not _hold(path):
         raise UserError(f"paths.output_dir={output_dir} is in use by another command running now; choose another "
                         "paths.output_dir.")
+    return path
+
+
+def _release(path: str) -> None:
+    with contextlib.suppress(KeyError):  # a file system without locks: nothing was held
+        os.close(_held.pop(path))
 
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
@@ -326,10 +338,11 @@ def run_task(fn, cfg):
     """Call fn(cfg); return its objective for sweepers. In a sweep an error fails only this trial."""
     quiet_libraries()
     output_dir = OmegaConf.select(cfg, "paths.output_dir")  # train only; eval checks its run_dir itself
+    held = None
     try:
         if output_dir is not None:  # an empty one would write checkpoints/ into the working directory
             check_writable(output_dir, "paths.output_dir")
-            hold_output_dir(output_dir, cfg)
+            held = hold_output_dir(output_dir, cfg)
         with interrupts_remembered():
             return fn(cfg).get("objective")
     except BaseException as e:
@@ -338,6 +351,9 @@ def run_task(fn, cfg):
         run_record.restore(output_dir)
         _exit_if_the_users(e)
         raise
+    finally:
+        if held and in_multirun():  # a sweep of many jobs would hold a descriptor for each until it ends
+            _release(held)
 
 
 def complete_despite_sigterm() -> None:

@@ -82,13 +82,15 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
 
 
 def _one_dir_each(groups: list, prepared: list) -> list:
-    """Jobs given one directory (a hydra.sweep.subdir without ${hydra.job.num}) never train together: each
-    after the first runs on its own after the group, as the basic launcher runs it, and finds the run before."""
+    """Jobs given one directory (a hydra.sweep.subdir without ${hydra.job.num}, or one paths.output_dir for the
+    sweep) never train together: each after the first runs on its own after the group, as the basic launcher
+    runs it, and finds the run before."""
     split = []
     for group in groups:
         dirs, together, after = set(), [], []
         for i in group:
-            output_dir = prepared[i].job.hydra.runtime.output_dir
+            output_dir = os.path.realpath(OmegaConf.select(prepared[i].task_cfg, "paths.output_dir",
+                                                           default=prepared[i].job.hydra.runtime.output_dir))
             (after if output_dir in dirs else together).append(i)
             dirs.add(output_dir)
         split += [together] + [[i] for i in after]
