@@ -16,7 +16,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from conftest import CONF
-from zoo.errors import UserError
+from zoo.errors import RunRefused, UserError
 from zoo.sweeps import trial_link
 from zoo.sweeps.config import GridSamplerConfig, MedianPrunerConfig, TPESamplerConfig
 from zoo.sweeps import optuna_sweeper
@@ -250,6 +250,29 @@ def test_with_resume_never_a_stopped_trial_fails_and_new_ones_follow(tmp_path, r
     assert trials[0].user_attrs["fail_reason"] == ("stopped before it finished; trainer.resume=never does not "
                                                    "continue it")
 
+
+def test_a_stopped_trial_refused_under_other_settings_stays_stopped_for_the_sweeps_own_command(tmp_path,
+                                                                                               runs_jobs_here):
+    """Its job refuses the stopped run under the rerun's other fixed overrides and leaves it as it was, saying the
+    sweep's own command goes on with it: the study told the trial FAIL, so that command never did."""
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    stop_a_sweep(tmp_path, storage, n_jobs=1)
+    save_job_dir(tmp_path, "0", 0, "test", failure=STOPPED)
+    refusal = RunRefused(f"hydra.run.dir={tmp_path}/0 holds this sweep job's run, stopped at step 200 and trained "
+                         "with other settings: seed (0 -> 1); rerun the sweep's own command to go on with it, or "
+                         "choose a new hydra.sweep.dir.")
+
+    def refused(params):
+        raise refusal
+
+    with pytest.raises(RunRefused):  # the sweep ends with the refusal's sentence, as for any failed trial
+        make_sweep(tmp_path, RecordingLauncher(refused), storage=storage, n_trials=1).sweep([])
+    assert trial_link.job_outcome(str(tmp_path / "0"), str(tmp_path))[1]["status"] == "stopped"
+    assert [t.state.name for t in optuna.load_study(study_name="test", storage=storage).trials] == ["RUNNING"]
+    launcher = RecordingLauncher()  # the sweep's own command
+    make_sweep(tmp_path, launcher, storage=storage, n_trials=1).sweep([])
+    assert [idx for idx, _ in launcher.calls] == [0, 1]  # continues trial 0 in its directory, then a new one
+    assert [t.state.name for t in optuna.load_study(study_name="test", storage=storage).trials] == ["COMPLETE"] * 2
 
 @pytest.mark.parametrize("settings, message", [
     ({"sampler": {"_target_": "os.system"}}, r"^hydra\.sweeper\.sampler names _target_='os\.system', which is not "

@@ -16,7 +16,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from zoo.cli import numbered_job_dirs
-from zoo.errors import UserError, brief
+from zoo.errors import RunRefused, UserError, brief
 from zoo.loop import TrialPruned
 from zoo.sweeps import trial_link
 from zoo.sweeps.jobs import find_job_dirs
@@ -239,7 +239,8 @@ class OptunaSweep:
             if not _a_stop(e):  # e.g. an override no config takes: rerun, they would fail again
                 self._settle_unreturned(study, trials, e, optuna)
             raise
-        errors = [e for e in (self._tell(study, t, ret, optuna) for t, ret in zip(trials, returns)) if e]
+        errors = [e for e in (self._tell(study, t, ret, optuna, continued=t.number in job_dirs)
+                              for t, ret in zip(trials, returns)) if e]
         if len(errors) > self.max_failure_rate * len(returns):
             log.error("%d of %d trials failed, more than hydra.sweeper.max_failure_rate=%s allows",
                       len(errors), len(returns), self.max_failure_rate)
@@ -319,11 +320,16 @@ class OptunaSweep:
         return [*suggested, *space.fixed.values(), *continued,
                 f"++hydra.job.env_set.{trial_link.TRIAL_KEY}={trial.number}"]
 
-    def _tell(self, study, trial, ret: JobReturn, optuna):
-        """Record one finished job in the study; returns its error if it failed."""
+    def _tell(self, study, trial, ret: JobReturn, optuna, continued: bool = False):
+        """Record one finished job in the study; returns its error if it failed. A stopped trial `continued` in
+        its job directory whose run refused this command's settings stays RUNNING, as that directory stays
+        stopped: the sweep's own command, which the refusal names, continues it."""
         if ret.hydra_cfg is not None:
             trial.set_user_attr("run_dir", str(ret.hydra_cfg.hydra.runtime.output_dir))
         error = ret._return_value if ret.status == JobStatus.FAILED else None  # .return_value would raise
+        if continued and isinstance(error, RunRefused):
+            log.warning("Trial %d stays stopped: %s", trial.number, error)
+            return error
         if isinstance(error, (TrialPruned, optuna.TrialPruned)):
             self._finish(study, trial, state=optuna.trial.TrialState.PRUNED)
             return None
