@@ -113,6 +113,21 @@ def test_a_stop_at_an_eval_step_leaves_the_best_checkpoint_of_the_uninterrupted_
     assert set(whole.steps()) <= set(resumed.steps())
 
 
+def test_a_stopped_and_resumed_run_keeps_the_checkpoints_of_the_uninterrupted_run(make_cfg, monkeypatch):
+    """The checkpoint written because of a stop (step 8, between the regular 6 and 9) is where the rerun resumes;
+    counted among the checkpoint.keep newest, it pushed out step 6, which the uninterrupted run keeps."""
+    common = ["debug=smoke", "trainer.max_steps=12", "trainer.checkpoint_every=3", "checkpoint.keep=3"]
+    train(make_cfg(*common, out="whole"))
+    with monkeypatch.context() as patch:
+        stop_at_step(patch, 7)
+        with pytest.raises(Preempted, match="at step 8"):
+            train(make_cfg(*common, out="resumed"))
+    train(make_cfg(*common, out="resumed"))
+    whole, resumed = (Checkpoints(str(pathlib.Path(make_cfg(out=out).paths.output_dir) / "checkpoints"),
+                                  read_only=True).steps() for out in ("whole", "resumed"))
+    assert resumed == whole == [6, 9, 12]
+
+
 def test_a_finished_run_stopped_while_lengthened_keeps_no_results_of_a_state_it_replaced(make_cfg, monkeypatch):
     """Lengthened, a finished run trains past the state its results.json reports; stopped on the way, that
     results.json would stand beside checkpoints of other steps (eval.py's `final` would not be what it reports)."""
@@ -387,7 +402,8 @@ def test_ctrl_c_saves_and_stops_and_a_second_one_stops_at_once(make_cfg, tmp_pat
         stop_at_step(patch, 5, signal.SIGINT, times=2)
         with pytest.raises(KeyboardInterrupt):
             train(make_cfg(*common))
-    assert Checkpoints(str(checkpoints), read_only=True).steps() == [2, 3, 4]  # nothing saved after the 2nd
+    # nothing saved after the 2nd; step 3, saved only for the stop, went once the regular step 4 was saved
+    assert Checkpoints(str(checkpoints), read_only=True).steps() == [2, 4]
     assert train(make_cfg(*common))["start_step"] == 4
 
 

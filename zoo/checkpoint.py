@@ -3,6 +3,7 @@
 Orbax writes each step into a temporary directory and renames it when complete, so a save cut short
 (kill -9, full disk) is never listed as a step: the previous one stays the latest.
 """
+import dataclasses
 import errno
 import logging
 import os
@@ -64,16 +65,34 @@ def _quiet_orbax_logs() -> None:
         absl.addFilter(keep)
 
 
+@dataclasses.dataclass
+class NewestRegular(pp.PreservationPolicy):
+    """The `n` newest regular checkpoints (at a multiple of `every` steps, or scored by an eval: the final one, early
+    stopping's) and the newest of all. One saved only because a signal stopped the run is where its rerun resumes;
+    counted among the newest it would push out a regular one the uninterrupted run keeps, so it is kept only while
+    it is the newest."""
+
+    n: int
+    every: int = 0  # trainer.checkpoint_every; 0: only the end
+
+    def should_preserve(self, checkpoints, *, context) -> list:
+        regular = [i for i, c in enumerate(checkpoints)
+                   if (self.every and c.step % self.every == 0) or c.metrics is not None]
+        kept = set(regular[-self.n:]) | {len(checkpoints) - 1}
+        return [i in kept for i in range(len(checkpoints))]
+
+
 class StateMismatch(UserError):
     """The checkpoint holds a state of another structure or shapes than the run restoring it: not damage."""
 
 
 class Checkpoints:
     def __init__(self, directory: str, *, keep: int = 3, keep_best: int = 1, metric: str = "accuracy",
-                 mode: str = "max", async_save: bool = True, read_only: bool = False):
+                 mode: str = "max", every: int = 0, async_save: bool = True, read_only: bool = False):
+        """`every`: trainer.checkpoint_every, which tells a stop's extra checkpoint from the regular ones."""
         self.directory = os.path.abspath(directory)
         policy = pp.AnyPreservationPolicy([
-            pp.LatestN(n=keep),
+            NewestRegular(n=keep, every=every),
             pp.BestN(get_metric_fn=lambda m: m[metric], reverse=mode == "min", n=keep_best,
                      keep_checkpoints_without_metrics=False),
         ])

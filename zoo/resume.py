@@ -84,7 +84,7 @@ def checkpoint_settings(cfg: DictConfig, task) -> dict:
     if mode is None:  # validate() refuses this for new runs; a config saved by an older version may hold it
         raise UserError(f"checkpoint.metric={metric} has no direction of its own; set checkpoint.mode=max or min.")
     return dict(keep=cfg.checkpoint.keep, keep_best=cfg.checkpoint.keep_best, metric=metric, mode=mode,
-                async_save=cfg.checkpoint.async_save)
+                every=cfg.trainer.checkpoint_every, async_save=cfg.checkpoint.async_save)
 
 
 def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
