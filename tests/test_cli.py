@@ -454,3 +454,20 @@ def test_a_paths_output_dir_is_held_by_a_multiruns_job_too(data_dir, tmp_path):
         sweep.communicate(timeout=120)
     assert single.returncode == 2
     assert single.stderr.strip().splitlines()[-1] == f"error: {in_use.replace(str(out), str(other))}"
+
+
+@pytest.mark.parametrize("script, path_setting", [("train.py", "trainer.resume=source/checkpoints"),
+                                                  ("eval.py", "run_dir=source")])
+def test_a_relative_path_is_the_users_own_with_hydra_job_chdir(data_dir, make_cfg, tmp_path, script, path_setting):
+    """hydra.job.chdir=true moves the task into its run directory; a relative trainer.resume or run_dir was read
+    from there ('does not exist'), not from the directory the command was run in."""
+    train(make_cfg("debug=smoke", out="source"))
+    extra = ["debug=smoke", "trainer.max_steps=8"] if script == "train.py" else []
+    done = subprocess.run([sys.executable, str(ROOT / script), *extra, path_setting, "hydra.run.dir=new",
+                           "hydra.job.chdir=true"], cwd=tmp_path, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if script == "train.py":
+        assert json.loads((tmp_path / "new" / "results.json").read_text())["start_step"] == 6
+    else:
+        assert (tmp_path / "source" / "eval" / "test-6.json").is_file()

@@ -96,6 +96,15 @@ def unwritable_reason(path: str):
         return e.strerror or str(e)
 
 
+def launch_dir_path(path: str) -> str:
+    """A path setting as the user meant it: relative to the directory the command was run from, which
+    hydra.job.chdir=true leaves for the run directory. Unchanged where the task still runs there."""
+    if not HydraConfig.initialized() or os.path.isabs(path):
+        return path
+    launch_dir = HydraConfig.get().runtime.cwd
+    return path if os.path.realpath(launch_dir) == os.path.realpath(os.getcwd()) else os.path.join(launch_dir, path)
+
+
 def require_dir(path: str, setting: str, holding: str) -> None:
     """One sentence when `path` (the value of `setting`) is not a directory: it is missing, or a file."""
     if not os.path.isdir(path):

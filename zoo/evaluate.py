@@ -5,7 +5,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, restore_latest_good
-from zoo.cli import require_dir, run_whose_checkpoints_hold, unwritable_reason
+from zoo.cli import launch_dir_path, require_dir, run_whose_checkpoints_hold, unwritable_reason
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
 from zoo.files import load_json, write_json
@@ -152,6 +152,7 @@ def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
     Shared by the commands that read a finished run (eval.py, export.py): devices are chosen before the
     checkpoints are opened, and the saved config passes the allow-list before anything is built."""
     _check_command(cfg, script)
+    cfg.run_dir = launch_dir_path(cfg.run_dir)  # with hydra.job.chdir=true, still the run the user named
     select_devices(cfg.parallel, cfg.distributed)  # before opening checkpoints starts JAX with its defaults
     ckpts = _open_checkpoints(cfg.run_dir)
     try:

@@ -4,7 +4,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import new_run_dir
+from zoo.cli import launch_dir_path, new_run_dir
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
@@ -93,6 +93,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     A run with checkpoints of its own continues from them; a `trainer.resume` path only seeds an empty run,
     so rerunning the same command after a preemption does not go back to the source checkpoint."""
     resume = cfg.trainer.resume
+    path = launch_dir_path(resume)  # said as given; read where the user meant it
     own_steps = ckpts.steps() if ckpts else []
     if resume == "never" and own_steps:
         raise RunRefused(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
@@ -102,17 +103,17 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
         source = ckpts
     elif resume in ("auto", "never"):
         return 0, None, None
-    elif not os.path.isdir(resume):
+    elif not os.path.isdir(path):
         raise UserError(f"trainer.resume={resume} is not a checkpoint directory; use auto, never or the "
                         "checkpoints/ directory of an earlier run.")
-    elif os.path.isdir(os.path.join(resume, "checkpoints")):
+    elif os.path.isdir(os.path.join(path, "checkpoints")):
         raise UserError(f"trainer.resume={resume} is a run directory; pass its checkpoints: trainer.resume="
                         f"{os.path.join(resume, 'checkpoints')}.")
     else:
-        source = Checkpoints(resume, read_only=True)
+        source = Checkpoints(path, read_only=True)
         if not source.steps():
             source.close()
-            _refuse_empty_resume(resume, own=ckpts is not None and os.path.samefile(resume, ckpts.directory))
+            _refuse_empty_resume(resume, path, own=ckpts is not None and os.path.samefile(path, ckpts.directory))
     try:
         return _restore_from(source, cfg, target, own=source is ckpts)
     finally:
@@ -120,11 +121,11 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
             source.close()
 
 
-def _refuse_empty_resume(resume: str, own: bool) -> None:
-    """trainer.resume names a directory with no checkpoint step in it: one step's folder, this run's own (empty)
-    checkpoints/, or no checkpoints at all."""
-    parent = os.path.dirname(os.path.abspath(resume))
-    if os.path.basename(os.path.abspath(resume)).isdigit() and os.path.basename(parent) == "checkpoints":
+def _refuse_empty_resume(resume: str, path: str, own: bool) -> None:
+    """trainer.resume names a directory (`path`, where it lies) with no checkpoint step in it: one step's folder,
+    this run's own (empty) checkpoints/, or no checkpoints at all."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(os.path.abspath(path)).isdigit() and os.path.basename(parent) == "checkpoints":
         raise UserError(f"trainer.resume={resume} is one checkpoint step; pass the checkpoints/ directory that holds "
                         f"it: trainer.resume={parent}.")
     what = "is this run's own checkpoints/ directory, which holds none yet" if own else "holds no checkpoint"
