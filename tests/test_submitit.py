@@ -8,12 +8,16 @@ import csv
 import fcntl
 import json
 import math
+import signal
 import subprocess
 import sys
+import time
 
 from omegaconf import OmegaConf
 
 from conftest import ROOT, subprocess_env
+from test_cli import TINY, wait_for_lines
+from zoo.data import load_dataset
 from zoo.sweeps import report
 
 DIGITS_TEST_SPLIT = 359  # 0.2 of digits' 1797 images
@@ -39,6 +43,29 @@ def test_submitit_local_sweep_runs_each_trial_as_a_job_and_summarises_both(data_
     assert sorted((r["job"], r["status"], r["optimizer.learning_rate"]) for r in rows) == [
         ("0", "completed", "0.001"), ("1", "completed", "0.003")]
     assert "Jobs: 2 (2 completed)." in (sweep / "summary.md").read_text()
+
+
+def test_sigterm_to_the_sweep_is_one_line_and_its_jobs_end_on_their_own(data_dir, make_cfg, tmp_path):
+    """The sweep's process only waits for jobs in processes of their own: SIGTERM ended it with 143 and no word."""
+    load_dataset(make_cfg(*TINY).dataset, data_dir)  # prepared once, not by both jobs at the same time
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "train.py", "-m", "hydra/launcher=submitit_local", *TINY, "trainer.max_steps=3000",
+           "trainer.log_every=1", "seed=0,1", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for_lines(sweep / "0" / "metrics.jsonl", 30, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        "error: stopped by SIGTERM; its jobs run in processes of their own and end on their own (a job stopped too "
+        "saves its checkpoint) — once they have, rerun the same multirun command (same hydra.sweep.dir) to resume "
+        "the sweep.")
+    deadline = time.monotonic() + 180
+    while not all((sweep / job / "results.json").is_file() for job in ("0", "1")):
+        assert time.monotonic() < deadline, "the jobs did not end on their own"
+        time.sleep(0.5)
+    assert json.loads((sweep / "0" / "results.json").read_text())["steps"] == 3000
 
 
 def test_jobs_in_separate_processes_write_the_summary_one_at_a_time(tmp_path, monkeypatch):

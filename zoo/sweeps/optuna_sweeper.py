@@ -21,11 +21,11 @@ from zoo.loop import TrialPruned
 from zoo.sweeps import trial_link
 from zoo.sweeps.jobs import find_job_dirs
 from zoo.sweeps.search_space import parse_search_space
+from zoo.sweeps.stop_on_signal import IN_PROCESS_LAUNCHERS
 from zoo.targets import safe_instantiate
 
 log = logging.getLogger(__name__)
 DIRECTIONS = ("minimize", "maximize")
-IN_PROCESS_LAUNCHERS = ("BasicLauncher", "PopulationLauncher")  # their jobs end with the sweep's process
 
 
 def build_optuna_object(node, module_name: str, base_name: str, setting: str):

@@ -11,9 +11,11 @@ import socket
 import sys
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 from zoo import preemption
 
+IN_PROCESS_LAUNCHERS = ("BasicLauncher", "PopulationLauncher")  # their jobs end with the sweep's process
 _deferred = False
 
 
@@ -57,6 +59,8 @@ class EndSweepOnSignal(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         self.sweep_process = _this_process()
         preemption.forget()
+        if not runs_jobs_here(config):
+            signal.signal(signal.SIGTERM, _end_waiting_sweep)
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
         if self.sweep_process == _this_process() and not _deferred:
@@ -65,3 +69,18 @@ class EndSweepOnSignal(Callback):
 
 def _this_process() -> tuple:
     return socket.gethostname(), os.getpid()  # a job on another host may have the sweep's pid
+
+
+def runs_jobs_here(config) -> bool:
+    """Whether the sweep's launcher runs its jobs in the sweep's own process (not submitit, say)."""
+    target = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
+    return target.rsplit(".", 1)[-1] in IN_PROCESS_LAUNCHERS
+
+
+def _end_waiting_sweep(signum, frame) -> None:
+    """SIGTERM to a sweep whose jobs run in processes of their own: it only waits for them, so it ends now, in one
+    line as a stopped sweep does, instead of dying without a word. The jobs are not its to stop."""
+    print(f"error: stopped by {signal.Signals(signum).name}; its jobs run in processes of their own and end on "
+          "their own (a job stopped too saves its checkpoint) — once they have, rerun the same multirun command "
+          "(same hydra.sweep.dir) to resume the sweep.", file=sys.stderr, flush=True)
+    os._exit(128 + signum)  # at once: the launcher's wait holds no state of the sweep worth finishing
