@@ -1,6 +1,7 @@
 """Catalog datasets through tfds.testing.mock_data; the offline failure message; embedded split contracts."""
 import importlib.util
 import json
+import re
 import socket
 
 import numpy as np
@@ -88,6 +89,24 @@ def test_a_catalog_dataset_prepared_as_tfrecord_is_named_as_such(make_cfg, tmp_p
                                         r"prepared as tfrecord, which "
                                         r"cannot be read record by record; prepare it again with builder_kwargs="):
         sources._open_catalog(cfg, str(tmp_path))
+
+
+@pytest.mark.parametrize("catalog", [True, False], ids=["catalog", "embedded"])
+def test_a_prepared_copy_with_a_garbled_dataset_info_is_named_damaged(make_cfg, tmp_path, monkeypatch, catalog):
+    """Not 'not prepared': downloading or preparing again would meet the same copy."""
+    cfg = _stand_in_for_mnist(make_cfg, tmp_path) if catalog else make_cfg("dataset=digits",
+                                                                           f"paths.data_dir={tmp_path}").dataset
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    (sources._open_catalog if catalog else read_splits)(cfg, str(tmp_path))
+    [info] = (tmp_path / "zoo_digits").rglob("dataset_info.json")
+    info.write_text("garbage\n")
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    copy = re.escape(str(tmp_path / "zoo_digits"))
+    with pytest.raises(UserError, match=rf"the prepared dataset={cfg.name} in {copy} is damaged "
+                                        r"\(its dataset_info\.json cannot be read\); delete that directory and the "
+                                        r"next run prepares \(or downloads\) it again\.$"):
+        read_splits(cfg, str(tmp_path))
+    assert info.read_text() == "garbage\n"
 
 
 def test_preparing_a_catalog_dataset_runs_tfds_own_builder_and_says_when_it_needs_tensorflow(make_cfg, tmp_path,

@@ -11,6 +11,7 @@ import urllib.parse
 
 import numpy as np
 import tensorflow_datasets as tfds
+from google.protobuf import json_format
 
 from zoo.data import decoded
 from zoo.data.embedded import BUILDERS
@@ -22,6 +23,12 @@ PROBE_HOST = "storage.googleapis.com"  # TFDS's own bucket and the MNIST mirror
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy")  # the catalog downloads over https: HTTP_PROXY does not carry it
 # Given a data_dir, TFDS prepares tfrecord by default, which has no random access.
 RANDOM_ACCESS = {"file_format": "array_record"}
+UNREADABLE_INFO = "its dataset_info.json cannot be read"  # what TFDS's builder fails on, before any record is read
+
+
+def _damaged(cfg, where: str, reason: str) -> UserError:
+    return UserError(f"the prepared dataset={cfg.name} in {where} is damaged ({reason}); delete that directory and "
+                     "the next run prepares (or downloads) it again.")
 
 
 def _embedded_kwargs(cfg) -> dict:
@@ -38,7 +45,10 @@ def _prepare_embedded(cfg, data_dir: str):
         names = ", ".join(sorted(BUILDERS))
         raise UserError(f"dataset.tfds_name={cfg.tfds_name} is not an embedded dataset ({names}); set "
                         "dataset.embedded=false to read a TFDS catalog dataset.")
-    builder = BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
+    try:
+        builder = BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
+    except json_format.ParseError:
+        raise _damaged(cfg, os.path.join(data_dir, cfg.tfds_name), UNREADABLE_INFO) from None
     if not builder.is_prepared():
         _refuse_an_empty_split(cfg, builder)
     try:
@@ -132,12 +142,15 @@ def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
         "synthetic_linear).")
 
 
-def _refuse_prepared_without_random_access(cfg, data_dir: str) -> None:
+def _refuse_a_copy_that_cannot_be_read(cfg, data_dir: str) -> None:
     """A copy prepared the usual TFDS way (`tfds.load`, `tfds build`) is tfrecord: it exists, but cannot be
-    read record by record, and downloading again would only meet it."""
+    read record by record; a copy whose dataset_info.json is garbled cannot be opened at all. Downloading again
+    would only meet either."""
     try:
         builder = tfds.builder(cfg.tfds_name, data_dir=data_dir)
         prepared, file_format = builder.is_prepared(), builder.info.file_format
+    except json_format.ParseError:
+        raise _damaged(cfg, os.path.join(data_dir, _prepared_dir(cfg.tfds_name)), UNREADABLE_INFO) from None
     except Exception:  # noqa: BLE001 — nothing readable there: the download decides
         return
     if prepared and file_format is not None and file_format.value != RANDOM_ACCESS["file_format"]:
@@ -154,7 +167,7 @@ def _open_catalog(cfg, data_dir: str):
                                 builder_kwargs=RANDOM_ACCESS)
     except Exception:  # not prepared (tfds raises several types); try to download below
         pass
-    _refuse_prepared_without_random_access(cfg, data_dir)
+    _refuse_a_copy_that_cannot_be_read(cfg, data_dir)
     try:
         tfds.builder_cls(cfg.tfds_name)
     except tfds.core.registered.DatasetNotFoundError:
@@ -221,7 +234,7 @@ def read_splits(cfg, data_dir: str) -> dict:
         where, keys = builder.data_dir, ("x", "y")
         expected = {s: builder.info.splits[s].num_examples for s in SPLITS}
     else:
-        where, keys, expected = os.path.join(data_dir, cfg.tfds_name), ("image", "label"), None
+        where, keys, expected = os.path.join(data_dir, _prepared_dir(cfg.tfds_name)), ("image", "label"), None
     try:  # a truncated or deleted record file fails here, on open or on the first bad record
         sources = builder.as_data_source(split=list(SPLITS)) if cfg.embedded else _open_catalog(cfg, data_dir)
         arrays = _read_arrays(sources, keys, expected)
@@ -229,6 +242,5 @@ def read_splits(cfg, data_dir: str) -> dict:
         raise
     except Exception as e:
         first_line = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise UserError(f"the prepared dataset={cfg.name} in {where} is damaged ({first_line}); delete that "
-                        "directory and the next run prepares (or downloads) it again.") from None
+        raise _damaged(cfg, where, first_line) from None
     return arrays
