@@ -250,10 +250,10 @@ def test_target_epsilon_solves_the_noise_and_a_fixed_noise_stops_at_the_budget(m
 
 def test_the_truncation_term_is_paid_from_delta_up_to_epsilon_10_and_reported_in_delta_beyond(make_cfg, caplog):
     """Up to epsilon 10 the rows keep (1 + e^eps) p within 1% of delta; beyond, growing them would approach the
-    whole split (epsilon 25 here: all 1439 rows for 64 expected), so they are not grown and delta carries it."""
+    whole split (epsilon 25: all 1439 rows for 64 expected), so they are not grown and delta carries it."""
     cfg = make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=0.6", "trainer.batch_size=64")
     split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
-    for steps, eps_range in ((44, (5, 10)), (660, (20, 30))):
+    for steps, eps_range in ((44, (5, 10)), (150, (10, 15))):
         plan = plan_privacy(cfg, split, steps, 1)
         record = plan.record(steps)
         paid = record["accountant_delta"] + (1 + math.exp(record["epsilon"])) * record["overflow_probability"]
@@ -261,12 +261,44 @@ def test_the_truncation_term_is_paid_from_delta_up_to_epsilon_10_and_reported_in
         if record["epsilon"] <= 10:
             assert paid <= record["delta"] == 1e-5
         else:
-            assert record["delta"] == min(1.0, paid) > 1e-5 and plan.rows < 2 * 64
-    assert "raise privacy.noise_multiplier for a guarantee" in caplog.text
+            assert 1e-5 < record["delta"] == paid < 1 and plan.rows < 2 * 64
+    assert "raise privacy.noise_multiplier to at least 0.66 for a guarantee" in caplog.text
     caplog.clear()
-    cfg.privacy.noise_multiplier, cfg.privacy.target_epsilon = None, 25.0  # the noise solved: the target is the knob
+    cfg.privacy.noise_multiplier, cfg.privacy.target_epsilon = None, 12.0  # the noise solved: the target is the knob
     plan_privacy(cfg, split, 660, 1)
-    assert "lower privacy.target_epsilon for a guarantee" in caplog.text
+    assert "lower privacy.target_epsilon to at most 10 for a guarantee" in caplog.text
+
+
+@pytest.mark.parametrize("settings,steps,refused,remedy,cure", [
+    ({"noise_multiplier": 0.6}, 660, True, "raise privacy.noise_multiplier to at least 0.88",
+     {"noise_multiplier": 0.88}),
+    ({"target_epsilon": 30.0}, 660, True, "lower privacy.target_epsilon to at most 10", {"target_epsilon": 10.0}),
+    ({"noise_multiplier": 1.5, "target_epsilon": 20.0}, 5000, False, "lower privacy.target_epsilon to at most 10",
+     {"target_epsilon": 10.0}),
+    ({"noise_multiplier": 1.0, "delta": 1e-300, "accountant": "rdp"}, 100, False, "raise privacy.delta to 1e-05",
+     {"delta": 1e-5}),
+], ids=["noise-delta-1", "target-delta-1", "budget-over-10", "tiny-delta-rdp"])
+def test_beyond_epsilon_10_the_setting_named_is_the_one_that_brings_it_within(make_cfg, caplog, settings, steps,
+                                                                               refused, remedy, cure):
+    """Beyond epsilon 10 delta carries the truncation term: where that makes it 1 (any algorithm is (epsilon, 1)-DP)
+    the run is refused, else warned. More noise does not help a run its target_epsilon stops, nor is it what a
+    delta of 1e-300 asks for; the remedy named is applied here and must cure it."""
+    cfg = make_cfg("debug=smoke", "privacy=dpsgd", "trainer.batch_size=64")
+    cfg.privacy.update(settings)
+    split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
+    if refused:
+        with pytest.raises(UserError, match=rf"^epsilon \S+ is so large that the truncation of oversized Poisson "
+                                            rf"samples, counted in delta beyond epsilon 10, makes delta 1, which "
+                                            rf"guarantees nothing; {re.escape(remedy)}\.$"):
+            plan_privacy(cfg, split, steps, 1)
+    else:
+        assert plan_privacy(cfg, split, steps, 1).delta > (cfg.privacy.delta or 1e-5)
+        assert f"; {remedy} for a guarantee that bounds something." in caplog.text
+    caplog.clear()
+    cfg.privacy.update(cure)
+    plan = plan_privacy(cfg, split, steps, 1)
+    assert plan.epsilon(plan.total_steps) <= 10 and plan.delta == (cfg.privacy.delta or 1e-5)
+    assert "bounds little" not in caplog.text
 
 
 def test_a_budget_that_ends_the_run_ends_it_on_an_update(make_cfg):

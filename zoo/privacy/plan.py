@@ -73,7 +73,7 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     from zoo.privacy import accountant as acc  # dp-accounting imports scipy.stats: ~1 s that other runs skip
     n, batch_size = len(train_split), cfg.trainer.batch_size
     q = batch_size / n
-    delta = p.delta if p.delta is not None else min(1e-5, 1.0 / n)
+    delta = p.delta if p.delta is not None else default_delta(n)
     accountant_delta = delta * (1 - OVERFLOW_SHARE)
     # PLD's own discretisation cannot bound a delta below ~1e-15: even one step at noise 1 is then epsilon inf, and
     # a target_epsilon would be "met" only by noise that drowns every gradient (113 on digits at 1e-20)
@@ -102,8 +102,11 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     if eps > MEANINGLESS_EPSILON:  # the term is not within delta's share: delta is reported with it
         delta = min(1.0, accountant_delta + (1 + math.exp(min(eps, 700.0))) * overflow)
         if sigma > 0:
-            remedy = "raise privacy.noise_multiplier" if p.noise_multiplier is not None else \
-                "lower privacy.target_epsilon"  # the noise was solved from it
+            remedy = _remedy_for_large_epsilon(p, q, sigma, total_steps, accountant_delta, n)
+            if delta >= 1:  # any algorithm is (epsilon, 1)-DP
+                raise UserError(f"epsilon {eps:.3g} is so large that the truncation of oversized Poisson samples, "
+                                f"counted in delta beyond epsilon {MEANINGLESS_EPSILON:g}, makes delta 1, which "
+                                f"guarantees nothing; {remedy}.")
             log.warning("epsilon %.3g bounds little: batch rows are not grown to keep the truncation of oversized "
                         "samples within privacy.delta, so the delta reported includes it (%.3g); %s for a guarantee "
                         "that bounds something.", eps, delta, remedy)
@@ -116,6 +119,26 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     return PrivacyPlan(q, float(sigma), float(p.l2_clip), delta, accountant_delta, overflow, rows, total_steps,
                        planned_steps, p.target_epsilon, p.accountant,
                        PoissonStream(train_split, batch_size, cfg.seed, rows), summary)
+
+
+def default_delta(n: int) -> float:
+    return min(1e-5, 1.0 / n)
+
+
+def _remedy_for_large_epsilon(p, q: float, sigma: float, steps: int, accountant_delta: float, n: int) -> str:
+    """The setting that brings epsilon within MEANINGLESS_EPSILON. With a target_epsilon, epsilon is the target
+    (a fixed noise only lets the run go further before the budget stops it); with a fixed noise alone, the default
+    delta where a smaller one set by the user is what makes epsilon large, else more noise."""
+    from zoo.privacy import accountant as acc
+
+    if p.target_epsilon is not None:
+        return f"lower privacy.target_epsilon to at most {MEANINGLESS_EPSILON:g}"
+    larger_delta = default_delta(n)
+    if p.delta is not None and p.delta < larger_delta and acc.epsilon(
+            q, sigma, steps, larger_delta * (1 - OVERFLOW_SHARE), p.accountant) <= MEANINGLESS_EPSILON:
+        return f"raise privacy.delta to {larger_delta:.3g}"
+    needed = acc.solve_noise_multiplier(q, steps, MEANINGLESS_EPSILON, accountant_delta, p.accountant)
+    return f"raise privacy.noise_multiplier to at least {math.ceil(needed * 100) / 100:g}"
 
 
 def resume_defining(saved_config: dict, current: dict) -> tuple:
