@@ -103,3 +103,21 @@ def test_printed_table_has_the_iqr_and_its_rounds():
     assert [c.strip() for c in header.strip("|").split("|")][:3] == ["row", "median", "IQR (n)"]
     assert [c.strip() for c in line.strip("|").split("|")][:6] == ["step_ratio/mlp", "3", "2–4 (5)", "x", ">= 0.95",
                                                                    "yes"]
+
+
+def test_cold_start_pairs_alternate_which_process_runs_first(monkeypatch, tmp_path):
+    """As every interleaved timing: a drift (a page cache filling, a neighbour's load) must not favour one side."""
+    from zoo.bench import process
+    from zoo.bench.util import Where
+
+    started = []
+
+    def finish(spec):
+        started.append("cache" if spec["cache_dir"] else "no_cache")
+        return {"imported": 0.5, "built": 1.0, "first_step": 2.0, "first_eval": 2.5}
+
+    monkeypatch.setattr(process, "start_child", lambda spec: spec)
+    monkeypatch.setattr(process, "finish_child", finish)
+    rows = process.cold_start_rows(Sizes(cold_reps=4), Where(str(tmp_path), str(tmp_path)), quick=False)
+    assert started == ["cache"] + ["no_cache", "cache", "cache", "no_cache"] * 2  # the populating run, then pairs
+    assert rows[-1]["id"] == "cold_start/speedup" and rows[-1]["spread"]["n"] == 4

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 
-from zoo.bench.util import ROOT, compose_cfg, ratios, row
+from zoo.bench.util import ROOT, compose_cfg, ratios, round_order, row
 
 
 class _Reached(Exception):
@@ -126,12 +126,12 @@ def cold_start_rows(sizes, where, quick: bool) -> list:
         return finish_child(start_child(spec))
 
     populate = first_step(cache)  # a cache miss: compiles, then writes the entries
-    no_cache, warm = [], []
-    for _ in range(sizes.cold_reps):
-        if not quick:  # quick mode takes the populating run as the uncached one
-            no_cache.append(first_step(None))
-        warm.append(first_step(cache))
-    no_cache = no_cache or [populate]
+    runs = {"no_cache": [], "warm": []}
+    sides = ["warm"] if quick else ["no_cache", "warm"]  # quick mode takes the populating run as the uncached one
+    for r in range(sizes.cold_reps):
+        for side in round_order(sides, r):
+            runs[side].append(first_step(cache if side == "warm" else None))
+    no_cache, warm = runs["no_cache"] or [populate], runs["warm"]
     entries = len(os.listdir(cache))
 
     def stages(runs):

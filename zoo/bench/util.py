@@ -93,15 +93,20 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def round_order(names: list, r: int) -> list:
+    """Round r's order: A,B,... / ...,B,A alternately, so drift and noise hit all alike."""
+    return names if r % 2 == 0 else names[::-1]
+
+
 def interleave(fns: dict, rounds: int, warmup: int = 1) -> dict:
-    """name -> per-round seconds. Rounds alternate A,B,... / ...,B,A so drift and noise hit all alike."""
+    """name -> per-round seconds, in rounds of alternating order (round_order)."""
     for _ in range(warmup):
         for fn in fns.values():
             timed(fn)
     names = list(fns)
     times = {name: [] for name in names}
     for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
+        for name in round_order(names, r):
             times[name].append(timed(fns[name]))
     return times
 
