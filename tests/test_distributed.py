@@ -1,5 +1,6 @@
 """Two processes on localhost (gloo collectives) compute what one process computes."""
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -22,14 +23,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_two(script: str, args: list, data_dir, cpu_devices=(2, 2)) -> list:
-    """`script` started as processes 0 and 1 of one jax.distributed group."""
+def start_two(script: str, args: list, data_dir, cpu_devices=(2, 2), stderr=subprocess.STDOUT) -> list:
+    """`script` started as processes 0 and 1 of one jax.distributed group; their stderr into their stdout unless
+    `stderr` says otherwise."""
     port = free_port()
     return [subprocess.Popen(
         [sys.executable, script, *args, f"parallel.cpu_devices={cpu_devices[i]}", "distributed=explicit",
          f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
          f"distributed.process_id={i}"],
-        cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=stderr, text=True)
         for i in range(2)]
 
 
@@ -61,6 +63,19 @@ def test_two_processes_equal_one(data_dir, make_cfg, tmp_path):
     assert [sum("exported step 6 to" in line for line in out.splitlines()) for out in outputs] == [1, 0]
     assert sorted(p.name for p in (run_dir / "export").iterdir()) == ["model.jax", "signature.json"]
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".export")]  # no staging left behind
+
+
+def test_a_two_process_eval_prints_its_result_alone_on_stdout(data_dir, make_cfg, tmp_path):
+    """Gloo writes a line on stdout for every group of devices it connects: they go to stderr, with the logs."""
+    train(make_cfg("debug=smoke"))
+    procs = start_two("eval.py", [f"run_dir={tmp_path / 'run'}", "parallel=sharded", f"hydra.run.dir={tmp_path}/x"],
+                      data_dir, stderr=subprocess.PIPE)
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    (out0, err0), (out1, err1) = outputs
+    assert re.fullmatch(r"test @ step 6: loss=\S+, accuracy=\S+, count=359\n", out0), out0
+    assert out1 == ""
+    assert "[Gloo] Rank 0 is connected to" in err0 and "[Gloo] Rank 1 is connected to" in err1  # moved, not hidden
 
 
 def test_processes_with_unequal_device_counts_are_refused_in_one_sentence(data_dir, tmp_path):

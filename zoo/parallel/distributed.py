@@ -1,5 +1,7 @@
 """Multi-process runs: jax.distributed start-up, and helpers that let every process feed only its share."""
 import logging
+import os
+import sys
 
 import jax
 import numpy as np
@@ -21,6 +23,7 @@ def init_distributed(cfg) -> None:
                       process_id=cfg.process_id)
     else:  # auto: SLURM, Open MPI, Kubernetes, TPU pods — whatever jax.distributed detects
         kwargs = {}
+    _native_stdout_to_stderr()
     try:
         jax.distributed.initialize(**kwargs, initialization_timeout=cfg.timeout_s)
     except Exception as e:  # noqa: BLE001 — surfaces as one sentence naming the settings
@@ -31,6 +34,16 @@ def init_distributed(cfg) -> None:
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
             root.removeHandler(handler)
             handler.close()
+
+
+def _native_stdout_to_stderr() -> None:
+    """Gloo writes a line to C++'s std::cout ("[Gloo] Rank 0 is connected to 1 peer ranks...") for every group of
+    devices it connects, at start-up and at a group's first collective: fd 1 becomes stderr, where the logs are,
+    and Python's stdout keeps what fd 1 was, so that it carries the results alone (eval.py's line)."""
+    sys.stdout.flush()
+    results = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = open(results, "w", buffering=1, encoding=sys.stdout.encoding, errors=sys.stdout.errors)
 
 
 def is_primary() -> bool:
