@@ -34,6 +34,27 @@ def _quiet_closed_loop_callbacks() -> None:
     sys.unraisablehook = hook
 
 
+_STEPS_READ = set()  # directories of the steps this process restores from
+
+
+def _quiet_abandoned_reads() -> None:
+    """orbax restores a step in an event loop of its own and closes it at the first failed read: the step's other
+    reads fail too, and asyncio logs each with a traceback, 'Task exception was never retrieved', whenever the
+    garbage collector gets to it (on some runs only). Those naming a step this process reads say nothing new: a
+    failed read fails the step's restore, which is said in one sentence. Any other is kept."""
+    asyncio_log = logging.getLogger("asyncio")
+    if any(getattr(f, "zoo_filter", False) for f in asyncio_log.filters):
+        return
+
+    def keep(record):
+        err = record.exc_info[1] if record.exc_info else None
+        return not (err is not None and "exception was never retrieved" in record.getMessage()
+                    and any(step in str(err) for step in _STEPS_READ))
+
+    keep.zoo_filter = True
+    asyncio_log.addFilter(keep)
+
+
 def _io_reason(err: BaseException):
     """'no space left on device' etc. when `err` (or its cause) is a file-system failure, else None."""
     while err is not None:
@@ -105,6 +126,7 @@ class Checkpoints:
         self.metric, self.mode = metric, mode
         self._pending, self._failed = None, False  # step written in the background; a write already failed
         _quiet_closed_loop_callbacks()
+        _quiet_abandoned_reads()
         _quiet_orbax_logs()
         try:
             self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
@@ -155,6 +177,7 @@ class Checkpoints:
         """Restore into the structure of `target` (host arrays); raises UserError if unreadable."""
         args = ocp.args.Composite(state=ocp.args.StandardRestore(jax.device_get(target)),
                                   meta=ocp.args.JsonRestore())
+        _STEPS_READ.add(os.path.join(self.directory, str(step), ""))
         try:
             restored = self.manager.restore(step, args=args)
         except Exception as e:  # truncated files, changed structure: orbax raises many types
