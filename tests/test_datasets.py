@@ -201,6 +201,22 @@ def test_a_dataset_prepared_by_a_parallel_job_is_used(make_cfg, tmp_path, monkey
     assert (len(splits["train"]), len(splits["test"])) == (1438, 359)
 
 
+def test_a_dataset_a_parallel_job_prepared_before_this_one_began_is_read(make_cfg, tmp_path, monkeypatch):
+    """The other job's copy was complete by the time this job came to prepare it: TFDS reuses it without reading
+    its description, so the builder opened before knew no splits ("splits is empty", a KeyError)."""
+    cfg = make_cfg("dataset=digits", f"paths.data_dir={tmp_path / 'data'}")
+    builder_class = sources.BUILDERS[cfg.dataset.tfds_name]
+    prepare = builder_class.download_and_prepare
+
+    def prepared_by_another_job_first(self, **kwargs):
+        prepare(builder_class(data_dir=self.data_dir_root, **sources._embedded_kwargs(cfg.dataset)), **kwargs)
+        prepare(self, **kwargs)
+
+    monkeypatch.setattr(builder_class, "download_and_prepare", prepared_by_another_job_first)
+    splits = load_dataset(cfg.dataset, cfg.paths.data_dir).splits
+    assert (len(splits["train"]), len(splits["test"])) == (1438, 359)
+
+
 def test_synthetic_linear_targets_carry_the_configured_noise(make_cfg):
     from zoo.data.embedded import synthetic_linear_params
     for noise in (0.1, 0.5):  # the same data_dir: a changed setting must not reuse the data prepared for another

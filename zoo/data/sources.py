@@ -45,17 +45,14 @@ def _prepare_embedded(cfg, data_dir: str):
         names = ", ".join(sorted(BUILDERS))
         raise UserError(f"dataset.tfds_name={cfg.tfds_name} is not an embedded dataset ({names}); set "
                         "dataset.embedded=false to read a TFDS catalog dataset.")
-    try:
-        builder = BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
-    except json_format.ParseError:
-        raise _damaged(cfg, os.path.join(data_dir, cfg.tfds_name), UNREADABLE_INFO) from None
+    builder = _open_embedded(cfg, data_dir)
     if not builder.is_prepared():
         _refuse_an_empty_split(cfg, builder)
     try:
         os.makedirs(data_dir, exist_ok=True)
         builder.download_and_prepare(file_format="array_record")
     except OSError as e:  # permission denied, a file in the way, read-only or full disk
-        prepared_meanwhile = BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
+        prepared_meanwhile = _open_embedded(cfg, data_dir)
         if prepared_meanwhile.is_prepared():  # parallel jobs (a sweep's trials) prepared it at once; one rename won
             return prepared_meanwhile
         raise UserError(f"paths.data_dir={data_dir} is not writable ({e.strerror or e}); set paths.data_dir "
@@ -63,7 +60,16 @@ def _prepare_embedded(cfg, data_dir: str):
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while preparing dataset={cfg.name} in paths.data_dir={data_dir}; nothing "
                           "half-written was kept and the next run prepares it again.") from None
+    if not builder.info.splits:  # a parallel job prepared it after this builder looked: TFDS reused that copy
+        return _open_embedded(cfg, data_dir)  # without reading its description, which opening it again does
     return builder
+
+
+def _open_embedded(cfg, data_dir: str):
+    try:
+        return BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
+    except json_format.ParseError:
+        raise _damaged(cfg, os.path.join(data_dir, cfg.tfds_name), UNREADABLE_INFO) from None
 
 
 def _refuse_an_empty_split(cfg, builder) -> None:
