@@ -456,6 +456,19 @@ def test_a_paths_output_dir_is_held_by_a_multiruns_job_too(data_dir, tmp_path):
     assert single.stderr.strip().splitlines()[-1] == f"error: {in_use.replace(str(out), str(other))}"
 
 
+@pytest.mark.parametrize("launcher", ["basic", "population"])
+def test_a_sweeps_fixed_paths_output_dir_is_named_in_its_refusals(data_dir, tmp_path, launcher):
+    """A multirun job placed by paths.output_dir apart from its job dir was refused as 'hydra.run.dir=DIR' with
+    'choose a new hydra.sweep.dir', which finds the same run again."""
+    out = tmp_path / "out"
+    assert run(["debug=smoke", f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], data_dir).returncode == 0
+    sweep = run(["-m", "debug=smoke", "seed=1", f"hydra.sweep.dir={tmp_path / 's'}", f"paths.output_dir={out}",
+                 f"hydra/launcher={launcher}"], data_dir)
+    assert sweep.returncode == 1, sweep.stderr[-2000:]
+    assert (f"paths.output_dir={out} already holds a finished run trained with other settings: seed (0 -> 1); "
+            "choose a new paths.output_dir.") in sweep.stderr.splitlines(), sweep.stderr[-2000:]
+
+
 @pytest.mark.parametrize("script, path_setting", [("train.py", "trainer.resume=source/checkpoints"),
                                                   ("eval.py", "run_dir=source")])
 def test_a_relative_path_is_the_users_own_with_hydra_job_chdir(data_dir, make_cfg, tmp_path, script, path_setting):

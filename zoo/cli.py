@@ -28,22 +28,29 @@ from zoo.preemption import Preempted, interrupts_remembered
 def new_run_dir(out_dir: str | None = None) -> str:
     """The setting that gives the command a run directory of its own: a multirun's jobs live in hydra.sweep.dir;
     a run whose outputs go to `out_dir` moves with run_dir_setting(out_dir)."""
-    if in_multirun():
-        return "hydra.sweep.dir"
-    return run_dir_setting(out_dir) if out_dir else "hydra.run.dir"
+    if out_dir and _apart_from_job_dir(out_dir):
+        return "paths.output_dir"
+    return "hydra.sweep.dir" if in_multirun() else "hydra.run.dir"
 
 
 def run_dir_setting(out_dir: str) -> str:
     """The setting that put a run's outputs in `out_dir`: hydra.run.dir, or paths.output_dir where a command set it
     apart from its Hydra run directory (a new hydra.run.dir would then find the same run again)."""
-    return "paths.output_dir" if not in_multirun() and _apart_from_job_dir(out_dir) else "hydra.run.dir"
+    return "paths.output_dir" if _apart_from_job_dir(out_dir) else "hydra.run.dir"
 
 
 def _apart_from_job_dir(out_dir: str) -> bool:
-    """Whether `out_dir` is not the current job's Hydra run directory (a paths.output_dir set apart from it)."""
+    """Whether `out_dir` is not the current job's Hydra run directory (a paths.output_dir set apart from it). In a
+    multirun: whether it lies outside the sweep's directory, which holds every job's (a population's members are
+    not Hydra's current job)."""
     if not HydraConfig.initialized():
         return False
-    return os.path.realpath(out_dir) != os.path.realpath(HydraConfig.get().runtime.output_dir)
+    hydra = HydraConfig.get()
+    out_dir = os.path.realpath(out_dir)
+    if in_multirun():
+        sweep_dir = os.path.realpath(hydra.sweep.dir)
+        return os.path.commonpath([out_dir, sweep_dir]) != sweep_dir
+    return out_dir != os.path.realpath(hydra.runtime.output_dir)
 
 
 def named_run_dir(out_dir: str) -> str:
