@@ -96,19 +96,24 @@ def test_preempted_then_resumed_is_bitwise_identical_to_uninterrupted(make_cfg, 
     assert records(make_cfg(out="whole").paths.output_dir) == records(make_cfg(out="resumed").paths.output_dir)
 
 
+def whole_and_resumed(make_cfg, monkeypatch, overrides, stop_after: int, stopped_at: int) -> tuple:
+    """The checkpoints of a run trained whole and of the same run stopped by a signal and resumed."""
+    train(make_cfg(*overrides, out="whole"))
+    with monkeypatch.context() as patch:
+        stop_at_step(patch, stop_after)
+        with pytest.raises(Preempted, match=f"at step {stopped_at}"):
+            train(make_cfg(*overrides, out="resumed"))
+    train(make_cfg(*overrides, out="resumed"))
+    return tuple(Checkpoints(str(pathlib.Path(make_cfg(out=out).paths.output_dir) / "checkpoints"), read_only=True)
+                 for out in ("whole", "resumed"))
+
+
 def test_a_stop_at_an_eval_step_leaves_the_best_checkpoint_of_the_uninterrupted_run(make_cfg, monkeypatch):
     """The checkpoint written because of a stop is an extra one: scored by the eval of its step, it became the
     best (eval.py checkpoint=best, export.py) of the resumed run and pushed out the one the whole run keeps."""
     common = ["debug=smoke", "trainer.max_steps=30", "trainer.checkpoint_every=10", "trainer.eval_every=2",
               "optimizer.learning_rate=0.3"]  # test accuracy 0.1504 at step 10, 0.1588 at 12, less from 14 on
-    train(make_cfg(*common, out="whole"))
-    with monkeypatch.context() as patch:
-        stop_at_step(patch, 12)
-        with pytest.raises(Preempted, match="at step 12"):
-            train(make_cfg(*common, out="resumed"))
-    train(make_cfg(*common, out="resumed"))
-    whole, resumed = (Checkpoints(str(pathlib.Path(make_cfg(out=out).paths.output_dir) / "checkpoints"),
-                                  read_only=True) for out in ("whole", "resumed"))
+    whole, resumed = whole_and_resumed(make_cfg, monkeypatch, common, stop_after=12, stopped_at=12)
     assert whole.best_step() == resumed.best_step() == 10
     assert set(whole.steps()) <= set(resumed.steps())
 
@@ -117,15 +122,8 @@ def test_a_stopped_and_resumed_run_keeps_the_checkpoints_of_the_uninterrupted_ru
     """The checkpoint written because of a stop (step 8, between the regular 6 and 9) is where the rerun resumes;
     counted among the checkpoint.keep newest, it pushed out step 6, which the uninterrupted run keeps."""
     common = ["debug=smoke", "trainer.max_steps=12", "trainer.checkpoint_every=3", "checkpoint.keep=3"]
-    train(make_cfg(*common, out="whole"))
-    with monkeypatch.context() as patch:
-        stop_at_step(patch, 7)
-        with pytest.raises(Preempted, match="at step 8"):
-            train(make_cfg(*common, out="resumed"))
-    train(make_cfg(*common, out="resumed"))
-    whole, resumed = (Checkpoints(str(pathlib.Path(make_cfg(out=out).paths.output_dir) / "checkpoints"),
-                                  read_only=True).steps() for out in ("whole", "resumed"))
-    assert resumed == whole == [6, 9, 12]
+    whole, resumed = whole_and_resumed(make_cfg, monkeypatch, common, stop_after=7, stopped_at=8)
+    assert resumed.steps() == whole.steps() == [6, 9, 12]
 
 
 def test_a_finished_run_stopped_while_lengthened_keeps_no_results_of_a_state_it_replaced(make_cfg, monkeypatch):

@@ -29,6 +29,17 @@ def start(args, data_dir):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def run_beside(first_args, busy_path, second_args, data_dir):
+    """The second command's result, run while the first (started first) has begun writing `busy_path`."""
+    first = start(first_args, data_dir)
+    try:
+        wait_for_lines(busy_path, 1, first)
+        return run(second_args, data_dir)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+
+
 def wait_for_lines(path, n, proc, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -406,13 +417,8 @@ def test_a_paths_output_dir_in_use_by_another_command_is_refused(data_dir, tmp_p
     """hydra.run.dir is held for the command; a paths.output_dir set apart from it was not, and two commands
     wrote their checkpoints and results.json into it together."""
     out = tmp_path / "out"
-    first = start([*TINY, f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], data_dir)
-    try:
-        wait_for_lines(out / "metrics.jsonl", 1, first)
-        second = run([*TINY, "seed=1", f"hydra.run.dir={tmp_path / 'b'}", f"paths.output_dir={out}"], data_dir)
-    finally:
-        first.send_signal(signal.SIGTERM)
-        first.communicate(timeout=120)
+    second = run_beside([*TINY, f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], out / "metrics.jsonl",
+                        [*TINY, "seed=1", f"hydra.run.dir={tmp_path / 'b'}", f"paths.output_dir={out}"], data_dir)
     assert second.returncode == 2
     assert second.stderr.strip().splitlines()[-1] == (f"error: paths.output_dir={out} is in use by another command "
                                                       "running now; choose another paths.output_dir.")
@@ -435,23 +441,14 @@ def test_a_paths_output_dir_is_held_by_a_multiruns_job_too(data_dir, tmp_path):
     started in one a sweep's job was writing would do the same."""
     out, longer = tmp_path / "out", [*TINY, "trainer.epochs=3000"]
     in_use = f"paths.output_dir={out} is in use by another command running now; choose another paths.output_dir."
-    single = start([*longer, f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], data_dir)
-    try:
-        wait_for_lines(out / "metrics.jsonl", 1, single)
-        sweep = run(["-m", *longer, "seed=1", f"hydra.sweep.dir={tmp_path / 's'}", f"paths.output_dir={out}"],
-                    data_dir)
-    finally:
-        single.send_signal(signal.SIGTERM)
-        single.communicate(timeout=120)
+    sweep = run_beside([*longer, f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], out / "metrics.jsonl",
+                       ["-m", *longer, "seed=1", f"hydra.sweep.dir={tmp_path / 's'}", f"paths.output_dir={out}"],
+                       data_dir)
     assert sweep.returncode == 1 and in_use in sweep.stderr.splitlines(), sweep.stderr[-2000:]
     other = tmp_path / "other"
-    sweep = start(["-m", *longer, f"hydra.sweep.dir={tmp_path / 's2'}", f"paths.output_dir={other}"], data_dir)
-    try:
-        wait_for_lines(other / "metrics.jsonl", 1, sweep)
-        single = run([*longer, "seed=1", f"hydra.run.dir={tmp_path / 'b'}", f"paths.output_dir={other}"], data_dir)
-    finally:
-        sweep.send_signal(signal.SIGTERM)
-        sweep.communicate(timeout=120)
+    single = run_beside(["-m", *longer, f"hydra.sweep.dir={tmp_path / 's2'}", f"paths.output_dir={other}"],
+                        other / "metrics.jsonl",
+                        [*longer, "seed=1", f"hydra.run.dir={tmp_path / 'b'}", f"paths.output_dir={other}"], data_dir)
     assert single.returncode == 2
     assert single.stderr.strip().splitlines()[-1] == f"error: {in_use.replace(str(out), str(other))}"
 
