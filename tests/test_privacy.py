@@ -301,6 +301,19 @@ def test_beyond_epsilon_10_the_setting_named_is_the_one_that_brings_it_within(ma
     assert "bounds little" not in caplog.text
 
 
+@pytest.mark.parametrize("delta, warned", [(0.01, True), (1e-3, True), (1e-4, False)])
+def test_a_delta_not_below_one_over_n_is_warned_of(make_cfg, caplog, delta, warned):
+    """privacy.delta=0.01 over digits' 1438 training examples was taken without a word, though a mechanism that
+    publishes one example in full meets (epsilon, delta) for any delta >= 1/n."""
+    cfg = make_cfg("debug=smoke", "privacy=dpsgd", "trainer.batch_size=64", "privacy.target_epsilon=3",
+                   f"privacy.delta={delta}")
+    split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
+    plan_privacy(cfg, split, 100, 1)
+    said = (f"privacy.delta={delta:g} is not below 1/n = {1 / len(split):.3g} (n = {len(split)} training examples): "
+            "publishing one example in full meets such a delta; set it well below 1/n, or to null for min(1e-5, 1/n).")
+    assert (said in caplog.text) == warned, caplog.text
+
+
 def test_a_budget_that_ends_the_run_ends_it_on_an_update(make_cfg):
     """With trainer.accumulate=2 a run stopped by its budget after an odd step would pay for a micro-batch it never
     applies: it stops one step earlier."""
