@@ -481,3 +481,18 @@ def test_a_relative_path_is_the_users_own_with_hydra_job_chdir(data_dir, make_cf
         assert json.loads((tmp_path / "new" / "results.json").read_text())["start_step"] == 6
     else:
         assert (tmp_path / "source" / "eval" / "test-6.json").is_file()
+
+
+def test_a_relative_paths_data_dir_is_the_users_own_with_hydra_job_chdir(data_dir, tmp_path):
+    """With hydra.job.chdir=true a relative paths.data_dir was read inside the run directory: a fresh, empty
+    data dir there, the user's own left unread. eval.py reads the dataset the same way."""
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "debug=smoke", "paths.data_dir=data",
+                           "hydra.run.dir=new", "hydra.job.chdir=true"], cwd=tmp_path, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "data" / "zoo_digits").is_dir() and not (tmp_path / "new" / "data").exists()
+    evaluated = subprocess.run([sys.executable, str(ROOT / "eval.py"), "run_dir=new", "paths.data_dir=data",
+                                "hydra.run.dir=new-eval", "hydra.job.chdir=true"], cwd=tmp_path,
+                               env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert not (tmp_path / "new-eval" / "data").exists()

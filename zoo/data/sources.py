@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from google.protobuf import json_format
 
+from zoo.cli import launch_dir_path
 from zoo.data import decoded
 from zoo.data.embedded import BUILDERS
 from zoo.errors import Interrupted, UserError
@@ -234,7 +235,7 @@ def _read_arrays(sources, keys, expected) -> dict:
 
 def read_splits(cfg, data_dir: str) -> dict:
     """{'train': (x, y), 'test': (x, y)} as numpy, in the stored (deterministic) order."""
-    data_dir = os.path.expanduser(data_dir)
+    data_dir = launch_dir_path(os.path.expanduser(data_dir))  # with hydra.job.chdir=true, still the user's
     if cfg.embedded:
         builder = _prepare_embedded(cfg, data_dir)
         where, keys = builder.data_dir, ("x", "y")
