@@ -483,6 +483,29 @@ def test_a_relative_path_is_the_users_own_with_hydra_job_chdir(data_dir, make_cf
         assert (tmp_path / "source" / "eval" / "test-6.json").is_file()
 
 
+def test_a_populations_members_hold_their_paths_output_dir_while_the_group_trains(data_dir, tmp_path):
+    """A population's member took its paths.output_dir only when its job was handed back, after the group
+    trained: a single run started meanwhile there was not refused, and both wrote into it."""
+    other, longer = tmp_path / "other", [*TINY, "trainer.epochs=3000"]
+    population = ["-m", "hydra/launcher=population", "seed=0,1", f"paths.output_dir={other}/${{seed}}"]
+    single = run_beside([*population, *longer, f"hydra.sweep.dir={tmp_path / 's'}"], other / "0" / "metrics.jsonl",
+                        [*TINY, "trainer.epochs=1", f"hydra.run.dir={tmp_path / 'b'}",
+                         f"paths.output_dir={other / '0'}"], data_dir)
+    assert single.returncode == 2
+    assert single.stderr.strip().splitlines()[-1] == (f"error: paths.output_dir={other / '0'} is in use by another "
+                                                      "command running now; choose another paths.output_dir.")
+    # a member whose directory is in use fails alone, before the group trains; the other trains
+    out = tmp_path / "out"
+    sweep = run_beside([*longer, f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out / '0'}"],
+                       out / "0" / "metrics.jsonl",
+                       [*population[:3], f"paths.output_dir={out}/${{seed}}", *TINY, "trainer.epochs=1",
+                        f"hydra.sweep.dir={tmp_path / 's2'}"], data_dir)
+    assert sweep.returncode == 1
+    assert (f"paths.output_dir={out / '0'} is in use by another command running now; choose another "
+            "paths.output_dir.") in sweep.stderr.splitlines(), sweep.stderr[-2000:]
+    assert (out / "1" / "results.json").is_file() and not (out / "0" / "train.log").exists()
+
+
 def test_a_relative_paths_data_dir_is_the_users_own_with_hydra_job_chdir(data_dir, tmp_path):
     """With hydra.job.chdir=true a relative paths.data_dir was read inside the run directory: a fresh, empty
     data dir there, the user's own left unread. eval.py reads the dataset the same way."""

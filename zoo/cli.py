@@ -308,7 +308,7 @@ def hold_output_dir(output_dir: str, cfg) -> str | None:
     return path
 
 
-def _release(path: str) -> None:
+def release_output_dir(path: str) -> None:
     with contextlib.suppress(KeyError):  # a file system without locks: nothing was held
         os.close(_held.pop(path))
 
@@ -369,7 +369,7 @@ def run_task(fn, cfg):
         raise
     finally:
         if held and in_multirun():  # a sweep of many jobs would hold a descriptor for each until it ends
-            _release(held)
+            release_output_dir(held)
 
 
 def complete_despite_sigterm() -> None:

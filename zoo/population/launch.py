@@ -22,6 +22,7 @@ from hydra.core.utils import (JobReturn, JobRuntime, JobStatus, _flush_loggers, 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from zoo import preemption
+from zoo.cli import release_output_dir
 from zoo.errors import UserError, exit_with
 from zoo.sweeps.stop_on_signal import deferred, end_sweep_if_stopped
 
@@ -70,11 +71,15 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
             returns[group[0]] = _run(hydra_context, config, task_function, jobs[group[0]])
             continue
         log.info("training jobs %s as one population", ", ".join(f"#{jobs[i].hydra.job.num}" for i in group))
-        outcomes = _train_group(trainer, [prepared[i] for i in group])
+        outcomes, held = _train_group(trainer, [prepared[i] for i in group])
         # the group's summary is logged under its last job's logging, as the basic launcher logs each job's
         with _ending_together():
-            for hand_back, i in zip(_hand_backs(outcomes), group):
-                returns[i] = _hand_back_job(hydra_context, hand_back, prepared[i])
+            for hand_back, i, output_dir in zip(_hand_backs(outcomes), group, held):
+                try:
+                    returns[i] = _hand_back_job(hydra_context, hand_back, prepared[i])
+                finally:
+                    if output_dir:
+                        release_output_dir(output_dir)
         configure_log(config.hydra.hydra_logging, config.hydra.verbose)
         stopped = [returns[i] for i in group if isinstance(returns[i]._return_value, preemption.Preempted)]
         end_sweep_if_stopped(stopped[0] if stopped else None)
@@ -188,7 +193,8 @@ def _check_settings(cfgs: list) -> None:
         exit_with(e)
 
 
-def _train_group(trainer, prepared: list) -> list:
+def _train_group(trainer, prepared: list) -> tuple[list, list]:
+    """Each job's outcome, and the paths.output_dir each holds (None: none of its own) until its job ends."""
     from zoo.cli import quiet_libraries
 
     quiet_libraries()
@@ -200,13 +206,38 @@ def _train_group(trainer, prepared: list) -> list:
         (hydra_dir / "config.yaml").write_text(p.config_yaml, encoding="utf-8")
         _save_config(p.hydra_cfg, "hydra.yaml", hydra_dir)
         _save_config(p.job.hydra.overrides.task, "overrides.yaml", hydra_dir)
-    if prepared:
+    outcomes, held = zip(*(_hold_output_dir(p) for p in prepared))
+    outcomes, training = list(outcomes), [i for i, refused in enumerate(outcomes) if refused is None]
+    if training:
         _console_as_in_a_job(prepared[0].job)
+        try:
+            with preemption.interrupts_remembered():  # a Ctrl-C Python drops while compiling still stops the group
+                trained = trainer([prepared[i].task_cfg for i in training], [prepared[i].job.hydra for i in training])
+        except Exception as e:  # noqa: BLE001 — what ends the group ends each of its jobs, as a solo run's would
+            trained = [e] * len(training)
+        for i, outcome in zip(training, trained):
+            outcomes[i] = outcome
+    return outcomes, list(held)
+
+
+def _hold_output_dir(p: PreparedJob) -> tuple:
+    """(refusal, held dir): a paths.output_dir set apart from the job's directory is held from before the group
+    trains, as run_task holds a solo job's, else a command started there meanwhile would write into it too. A
+    member whose directory is in use (or cannot be written) gets that sentence as its outcome and does not train."""
+    from zoo.cli import check_writable, hold_output_dir
+
+    output_dir = OmegaConf.select(p.task_cfg, "paths.output_dir")
+    if output_dir is None:
+        return None, None
+    previous = HydraConfig.instance().cfg
+    HydraConfig.instance().cfg = p.hydra_cfg  # the job's own directories tell whether output_dir is apart
     try:
-        with preemption.interrupts_remembered():  # a Ctrl-C Python drops while compiling still stops the group
-            return trainer([p.task_cfg for p in prepared], [p.job.hydra for p in prepared])
-    except Exception as e:  # noqa: BLE001 — what ends the group ends each of its jobs, as a solo run's would
-        return [e] * len(prepared)
+        check_writable(output_dir, "paths.output_dir")
+        return None, hold_output_dir(output_dir, p.task_cfg)
+    except UserError as e:
+        return e, None
+    finally:
+        HydraConfig.instance().cfg = previous
 
 
 def _console_as_in_a_job(job) -> None:
