@@ -73,11 +73,13 @@ def test_without_an_output_subdir_a_group_writes_no_hydra_folder(tmp_path):
     from zoo.population.launch import PreparedJob, _train_group
 
     job = OmegaConf.create({"hydra": {"output_subdir": None, "overrides": {"task": []}, "job": {"name": "train"},
+                                      "mode": "MULTIRUN", "sweep": {"dir": str(tmp_path)},
                                       "runtime": {"output_dir": str(tmp_path / "0")}}})
     cfg = OmegaConf.create({"paths": {"output_dir": str(tmp_path / "0")}})
     prepared = PreparedJob(job, cfg, OmegaConf.to_yaml(cfg), OmegaConf.masked_copy(job, ["hydra"]))
-    assert _train_group(lambda cfgs, hydra_cfgs: ["done"], [prepared]) == ["done"]
-    assert not (tmp_path / "0").exists()
+    # the job's own directory, inside the sweep's, is not one the job holds apart from it
+    assert _train_group(lambda cfgs, hydra_cfgs: ["done"], [prepared]) == (["done"], [None])
+    assert not (tmp_path / "0" / ".hydra").exists() and not (tmp_path / "0" / "None").exists()
 
 
 def test_another_apps_jobs_see_as_many_cpu_devices_as_under_the_basic_launcher(tmp_path):
