@@ -84,3 +84,24 @@ def test_jobs_in_separate_processes_write_the_summary_one_at_a_time(tmp_path, mo
     monkeypatch.setattr(report, "collect", collect_while_another_job_tries)
     report.write_summary(str(tmp_path))
     assert another_job_would_wait == [True]
+
+
+def test_a_trial_past_its_time_limit_fails_with_one_sentence_naming_the_setting(data_dir, make_cfg, tmp_path):
+    """submitit ends a job at hydra.launcher.timeout_min (under submitit_local, a signal 30 s before it; requeued
+    max_num_timeout times first) by raising its UncompletedJobError inside the job: the sweep ended in that
+    traceback, and the summary gave submitit's words."""
+    load_dataset(make_cfg(*TINY).dataset, data_dir)
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "train.py", "-m", "hydra/launcher=submitit_local", *TINY, "trainer.epochs=1000000",
+           "seed=0", "hydra.launcher.timeout_min=1", "+hydra.launcher.max_num_timeout=0",  # no requeue
+           f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300,
+                          check=False)
+    sentence = ("the job ran past hydra.launcher.timeout_min=1 (minutes) and submitit ended it before it finished; "
+                "raise hydra.launcher.timeout_min.")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-3:-2] == [sentence], proc.stderr[-3000:]
+    failure = json.loads((sweep / "0" / "failure.json").read_text())
+    assert (failure["status"], failure["reason"], failure["user_error"]) == ("failed", sentence, True)
+    with open(sweep / "summary.csv") as f:
+        assert [r["reason"] for r in csv.DictReader(f)] == [f"UserError: {sentence}"]

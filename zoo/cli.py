@@ -365,6 +365,9 @@ def run_task(fn, cfg):
         # ended before the run opened its outputs (refused, stopped, a failed write): the directory keeps the
         # .hydra/ record it had; once opened, the record is the run's own and this puts nothing back
         run_record.restore(output_dir)
+        ended = _ended_by_its_time_limit(e)
+        if ended is not None:
+            raise ended from e
         _exit_if_the_users(e)
         raise
     finally:
@@ -386,6 +389,18 @@ def _exit_complete(signum, frame) -> None:
         with contextlib.suppress(Exception):  # closed or broken: nothing left to say there
             stream.flush()
     os._exit(0)
+
+
+def _ended_by_its_time_limit(e: BaseException) -> UserError | None:
+    """The sentence for a job that submitit ended at hydra.launcher.timeout_min, else None. submitit signals the job
+    shortly before its time limit and, with no requeue left, raises its UncompletedJobError inside the task: the
+    sweep ended in that traceback, which names no setting."""
+    utils = sys.modules.get("submitit.core.utils")  # imported by the job's own process only when submitit runs it
+    if utils is None or not isinstance(e, utils.UncompletedJobError) or "timed-out" not in str(e):
+        return None
+    limit = OmegaConf.select(HydraConfig.get(), "launcher.timeout_min") if HydraConfig.initialized() else None
+    return UserError(f"the job ran past hydra.launcher.timeout_min={limit} (minutes) and submitit ended it before it "
+                     "finished; raise hydra.launcher.timeout_min.")
 
 
 def _exit_if_the_users(e: BaseException) -> None:
