@@ -982,6 +982,16 @@ def test_commands_exit_with_one_sentence(data_dir, tmp_path, args, code, fragmen
     assert_one_sentence(done, code, fragment.replace("{tmp}", str(tmp_path)))
 
 
+@pytest.mark.parametrize("flags", [["-m", "--cfg", "job"], ["--info", "-m"]])
+def test_multirun_with_cfg_or_info_is_one_sentence(data_dir, tmp_path, flags):
+    """Hydra refuses the pair with a ValueError traceback, raised before it reads any override."""
+    done = run(["debug=smoke", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}", *flags], data_dir)
+    assert_one_sentence(done, 2, "error: -m (--multirun), --cfg, --info, --run and --shell-completion each choose "
+                                 "what the command does, so give one of them; to see a sweep job's config, drop -m "
+                                 "and give each swept key one of its values.")
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_ctrl_c_while_preparing_exits_130_and_the_next_run_prepares(data_dir, tmp_path, make_cfg):
     fresh, script = tmp_path / "data", tmp_path / "interrupt_prepare.py"
     script.write_text(INTERRUPT_PREPARE)

@@ -464,6 +464,15 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
         else:
             message = _ctrl_c
         _exit(message, 130, hard=True)  # as a single run's: finalising after a cut compilation can segfault
+    except ValueError as e:  # Hydra refuses two of its modes together in a traceback, before reading any override
+        if not str(e).startswith(HYDRA_MODES_REFUSED):
+            raise
+        exit_with(UserError("-m (--multirun), --cfg, --info, --run and --shell-completion each choose what the command "
+                            "does, so give one of them; to see a sweep job's config, drop -m and give each swept key "
+                            "one of its values."))
+
+
+HYDRA_MODES_REFUSED = "Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified"
 
 
 def _exit(message: str, code: int, hard: bool = False):
