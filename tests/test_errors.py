@@ -120,8 +120,10 @@ BAD_VALUES = [
     ("optimized_metric=validation/accuracy", r"optimized_metric=validation/accuracy needs a validation split, which "
                                              r"dataset\.validation_fraction=0\.0 does not carve; set "
                                              r"dataset\.validation_fraction > 0 \(e\.g\. 0\.1\) or use one of "
-                                             r"\['test/loss', 'test/accuracy', 'test/count', 'train/loss', "
-                                             r"'train/accuracy', 'train/count'\]\."),
+                                             r"\['test/loss', 'test/accuracy', 'train/loss', 'train/accuracy'\]\."),
+    ("optimized_metric=test/count", r"optimized_metric=test/count is the number of examples in the test split, the "
+                                    r"same for every run, so it ranks nothing; use one of \['test/loss', "
+                                    r"'test/accuracy', 'train/loss', 'train/accuracy'\]\."),
     ("checkpoint.metric=f1", r"checkpoint\.metric=f1 is not a classification metric; use one of \['loss', 'accuracy', "
                              r"'count'\] or null\."),
     ("schedule=warmup_cosine", r"schedule\.warmup_steps=50 must be smaller than the run's 6 steps"),

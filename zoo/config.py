@@ -434,7 +434,10 @@ def validate_metrics(cfg: DictConfig) -> None:
     for name in names if cfg.optimized_metric is not None else []:
         split, _, metric = str(name).partition("/")
         splits = ("test", "train", "validation") if has_validation else ("test", "train")
-        choices = [f"{s}/{m}" for s in splits for m in METRICS[task]]
+        choices = [f"{s}/{m}" for s in splits for m in METRICS[task] if m != "count"]  # count ranks nothing
+        _require(metric != "count" or split not in splits,
+                 f"optimized_metric={name} is the number of examples in the {split} split, the same for every run, so "
+                 f"it ranks nothing; use one of {choices}.")
         _require(split != "validation" or has_validation or metric not in METRICS[task],
                  f"optimized_metric={name} needs a validation split, which dataset.validation_fraction="
                  f"{cfg.dataset.validation_fraction} does not carve; set dataset.validation_fraction > 0 (e.g. 0.1) "
