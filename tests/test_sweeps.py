@@ -446,3 +446,23 @@ def test_a_one_job_sweep_kept_at_its_root_is_rerun_as_any_sweep(data_dir, tmp_pa
     assert (sweep / "results.json").read_bytes() == results
     assert (sweep / ".hydra" / "overrides.yaml").read_bytes() == record
     assert [r["job"] for r in summary_rows(sweep)] == ["."]
+
+
+@pytest.mark.parametrize("overrides,key,group,settings", [
+    (["optimizer=sgd"], "optimizer.weight_decay", "optimizer=sgd", "learning_rate, momentum, nesterov"),
+    (["model=cnn", "optimizer.weight_decay=0"], "model.hidden", "model=cnn", None),
+])
+def test_a_preset_searching_a_setting_the_chosen_group_lacks_is_refused_before_any_trial(data_dir, tmp_path, overrides,
+                                                                                         key, group, settings):
+    """hparams_search=digits_mlp with optimizer=sgd or model=cnn: each trial failed in Hydra's `Could not override`,
+    whose hint (`+optimizer.weight_decay=...`) names a key the run then refuses, and left a failed trial."""
+    sweep_dir = tmp_path / "s"
+    proc = multirun(data_dir, sweep_dir, "hparams_search=digits_mlp", "hydra.sweeper.n_trials=1", *overrides,
+                    check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: the sweep searches {key} (hydra.sweeper.params), which {group} does not have "
+                           "(its settings: "), last
+    assert last.endswith(f"); choose another {group.partition('=')[0]}, or search settings it has."), last
+    assert settings is None or f"(its settings: {settings})" in last, last
+    assert not (sweep_dir / "optuna.db").exists()

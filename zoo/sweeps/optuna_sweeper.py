@@ -99,6 +99,30 @@ def _check_metrics(config, space) -> None:
     validate_metrics(config)
 
 
+def _check_searched_keys(config, space, params) -> None:
+    """A searched key the chosen config group lacks (hparams_search=digits_mlp with optimizer=sgd, whose optax
+    function takes no weight_decay) failed each trial in Hydra's `Could not override`, which advises adding the key
+    with `+`, a key the run then refuses as no setting: refused once, before the study opens. Left to the trials
+    where the search chooses that group itself, and outside the zoo's training."""
+    if "optimized_metric" not in config:
+        return
+    searched_groups = {k.lstrip("+~") for k in space.distributions if "." not in k}
+    choices = OmegaConf.select(config, "hydra.runtime.choices", default=None) or {}
+    for key in space.distributions:
+        if key.startswith(("+", "~", "hydra.")) or "." not in key or key.split(".")[0] in searched_groups:
+            continue
+        parent, _, name = key.rpartition(".")
+        node, group = OmegaConf.select(config, parent, default=None), key.split(".")[0]
+        if not isinstance(node, DictConfig) or name in node.keys():
+            continue  # a setting it has; or no settings node there, of which Hydra's own message says more
+        chosen = group in choices and parent == group  # a config group's option: another option may have it
+        owner = f"{group}={choices[group]}" if chosen else parent
+        settings = ", ".join(k for k in node if not str(k).startswith("_"))
+        origin = "hydra.sweeper.params" if key in (params or {}) else "the command line"
+        raise UserError(f"the sweep searches {key} ({origin}), which {owner} does not have (its settings: {settings}); "
+                        f"{f'choose another {group}, or ' if chosen else ''}search settings it has.")
+
+
 def _eval_every(config, space) -> int:
     """The trials' trainer.eval_every where all share one (the command line's, else the config's); 1 when unknown
     or searched over, which each trial then checks for itself."""
@@ -173,6 +197,7 @@ class OptunaSweep:
             raise UserError("Optuna cannot prune a multi-objective study; drop hydra/sweeper/pruner or use one "
                             "direction.")
         space = parse_search_space(self.params, arguments)
+        _check_searched_keys(self.config, space, self.params)
         _check_metrics(self.config, space)
         if self.pruner_cfg is not None:  # else every trial fails so
             self._check_prunable(space)
