@@ -37,6 +37,13 @@ def completed(objective: float) -> dict:
     return {"objective": objective, "steps": 6, "wall_time_s": 1.0, "test": {"accuracy": objective, "count": 359}}
 
 
+def test_a_sweep_whose_jobs_all_failed_names_no_best_and_does_not_wait_for_one(tmp_path):
+    """It said 'Best: none (no job completed yet).' after a sweep had ended with every job failed."""
+    write_job(tmp_path, "0", ["model.dropout=0.1"], failure={"error": "NonFiniteLoss", "reason": "loss is nan"})
+    sweep_report.write_summary(str(tmp_path), plot=False)
+    assert "Best: none, as no job has completed." in (tmp_path / "summary.md").read_text().splitlines()
+
+
 def test_summary_ranks_completed_then_unfinished_then_failed_and_says_why(tmp_path):
     write_job(tmp_path, "0", ["model.dropout=0.1"], results=completed(0.5))
     write_job(tmp_path, "1", ["model.dropout=0.2"], results=completed(math.nan))

@@ -24,7 +24,7 @@ def front(rows: list, directions: list) -> list:
 
 def front_text(s: dict) -> str:
     if not s["pareto"]:
-        return "Pareto front: none (no job completed yet)."
+        return "Pareto front: none, as no job has completed."
     jobs = "; ".join(f"job {r['job']}: " + ", ".join(f"{n}={v:.4g}" for n, v in zip(s["objective"], r["objective"]))
                      + f" with `{' '.join(r['overrides'])}`" for r in s["pareto"])
     return f"Pareto front ({len(s['pareto'])} jobs): {jobs}"

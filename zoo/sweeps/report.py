@@ -202,7 +202,7 @@ def best_text(s: dict) -> str:
         return pareto.front_text(s)
     b = s["best"]
     if b is None:
-        return "Best: none (no job completed yet)."
+        return "Best: none, as no job has completed."
     test = ", ".join(f"{k}={v:.4g}" for k, v in b["metrics"].items() if k.startswith("test/") and k != s["objective"])
     return (f"Best: job {b['job']}: {s['objective']}={b['objective']:.6g}{f' ({test})' if test else ''} with "
             f"`{' '.join(b['overrides'])}`; run directory: {b['run_dir']}")
