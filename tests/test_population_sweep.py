@@ -316,3 +316,18 @@ def test_each_members_log_has_its_solo_runs_notes_on_run_length_and_ema(data_dir
         assert "population of 2 members" in log  # trained together
         assert log.count("trainer.max_steps=100 is more than trainer.epochs=1 give") == 1, log
         assert log.count("evals use the exponential moving average of the parameters (trainer.ema_decay=0.9)") == 1
+
+
+def test_a_members_log_goes_where_hydra_job_logging_puts_a_solo_jobs(data_dir, tmp_path):
+    """A member's log is the file hydra.job_logging names in its job directory, as run_job writes a solo job's:
+    another file name there, and a paths.output_dir set apart, once left its training lines in
+    <paths.output_dir>/train.log and the job's own log empty."""
+    sweep, elsewhere = tmp_path / "sweep", tmp_path / "outputs"
+    multirun(data_dir, sweep, "hydra/launcher=population", "seed=0,1",
+             "hydra.job_logging.handlers.file.filename=${hydra.runtime.output_dir}/job.txt",
+             f"paths.output_dir={elsewhere}/" + "${seed}")
+    for job in (0, 1):
+        log = (sweep / str(job) / "job.txt").read_text()
+        assert "population of 2 members" in log and log.count("test: loss=") == 1, log
+        assert re.findall(r"\] - run directory: (.*)", log) == [str(elsewhere / str(job))]
+        assert not (sweep / str(job) / "train.log").exists() and not (elsewhere / str(job) / "train.log").exists()

@@ -1,9 +1,11 @@
 """Each member's train.log, as its solo run writes it: the group's shared lines and the member's own ones.
 
 A population trains before Hydra's run_job sets up each job's logging, so while it trains every member that
-opened its run directory gets a handler of its own on <run dir>/<job name>.log. What the group logs once (the
-model summary, its progress) goes to all of them; what is logged inside `member_lines(run_dir)` (a member's
-resume, early stop, final metrics and run directory) goes to that member's file only.
+opened its run directory gets a handler of its own on each file its hydra.job_logging names: by default
+<job dir>/<job name>.log, in its Hydra job directory even where paths.output_dir is set apart, as run_job's
+handler writes a solo job's. What the group logs once (the model summary, its progress) goes to all of them;
+what is logged inside `member_lines(run_dir)` (a member's resume, early stop, final metrics and run directory)
+goes to that member's files only.
 """
 import contextlib
 import contextvars
@@ -35,31 +37,34 @@ class _SharedOrOwn(logging.Filter):
 
 
 class MemberLogs:
-    """`hydra_cfg`: a member's Hydra config (None: no files, as when train_population is called directly)."""
-
-    def __init__(self, hydra_cfg) -> None:
-        file_logging = hydra_cfg is not None and OmegaConf.select(hydra_cfg, "job_logging.handlers.file")
-        self.name = f"{hydra_cfg.job.name}.log" if file_logging else None
-        self.format = OmegaConf.select(hydra_cfg, "job_logging.formatters.simple.format", default=FORMAT) \
-            if file_logging else FORMAT
+    def __init__(self) -> None:
         self.handlers = {}
 
-    def open(self, run_dir: str) -> None:
-        if self.name is None:
-            return
-        os.makedirs(run_dir, exist_ok=True)
-        handler = logging.FileHandler(os.path.join(run_dir, self.name))  # appended to, as run_job's is later
-        handler.setFormatter(logging.Formatter(self.format))
-        handler.addFilter(_SharedOrOwn(run_dir))
-        logging.getLogger().addHandler(handler)
-        self.handlers[run_dir] = handler
+    def open(self, run_dir: str, hydra_cfg) -> None:
+        """The files the member's Hydra config `hydra_cfg` logs to (none when it is None, as when train_population
+        is called directly), each taking the group's lines and those logged in member_lines(run_dir)."""
+        for filename, fmt in _log_files(hydra_cfg):
+            os.makedirs(os.path.dirname(os.path.abspath(filename)), exist_ok=True)
+            handler = logging.FileHandler(filename)  # appended to, as run_job's is later
+            handler.setFormatter(logging.Formatter(fmt))
+            handler.addFilter(_SharedOrOwn(run_dir))
+            logging.getLogger().addHandler(handler)
+            self.handlers.setdefault(run_dir, []).append(handler)
 
     def close(self, run_dir: str) -> None:
-        handler = self.handlers.pop(run_dir, None)
-        if handler is not None:
+        for handler in self.handlers.pop(run_dir, []):
             logging.getLogger().removeHandler(handler)
             handler.close()
 
     def close_all(self) -> None:
         for run_dir in list(self.handlers):
             self.close(run_dir)
+
+
+def _log_files(hydra_cfg) -> list:
+    """(file name, format) of each file handler of the job's hydra.job_logging, resolved for that job."""
+    logging_cfg = OmegaConf.select(hydra_cfg, "job_logging") if hydra_cfg is not None else None
+    conf = OmegaConf.to_container(logging_cfg, resolve=True) if logging_cfg else {}
+    formatters = conf.get("formatters") or {}
+    return [(str(handler["filename"]), (formatters.get(handler.get("formatter")) or {}).get("format", FORMAT))
+            for handler in (conf.get("handlers") or {}).values() if "filename" in (handler or {})]

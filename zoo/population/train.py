@@ -149,11 +149,11 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     eval_step = eval_step_for(cfg, eval_step)
     host_batches = eval_host_batches(data, cfg.trainer.eval_batch_size)
     zero = zero_sums(initial[0][1], host_batches["test"][0])
-    members, outcomes, logs = [], [None] * len(cfgs), MemberLogs(hydra_cfgs[0])
+    members, outcomes, logs = [], [None] * len(cfgs), MemberLogs()
     try:  # every member opened is closed, whatever ends the group
         for i, (c, (_, host_state)) in enumerate(zip(cfgs, initial)):
             out = None
-            logs.open(c.paths.output_dir)
+            logs.open(c.paths.output_dir, hydra_cfgs[i])
             try:
                 with member_lines(c.paths.output_dir), as_job(hydra_cfgs[i]):  # its lines go to its own train.log
                     total_steps_for(c.trainer, streams[i].steps_per_epoch)  # a max_steps past its epochs, as alone
