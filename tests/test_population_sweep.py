@@ -151,6 +151,27 @@ def test_pmap_is_refused_before_any_training(data_dir, tmp_path):
     assert not list((tmp_path / "pmap").glob("*/results.json"))
 
 
+def test_an_optuna_batch_refused_as_a_population_fails_with_the_sentence_and_a_rerun_asks_new_trials(data_dir,
+                                                                                                   tmp_path):
+    """The refused batch's trials are told FAIL with the refusal as their reason (it said `SystemExit: 2`); the
+    command with the setting changed asks new trials, as docs/sweeps.md says."""
+    sweep = tmp_path / "optuna"
+    command = ["hydra/launcher=population", "hydra/sweeper=zoo_optuna", "hydra.sweeper.n_trials=2",
+               "hydra.sweeper.n_jobs=2", "hydra.sweeper.study_name=pop",
+               f"hydra.sweeper.storage=sqlite:///{sweep}/optuna.db",
+               "hydra.sweeper.params={optimizer.learning_rate:'tag(log, interval(1e-4, 1e-2))'}"]
+    proc = multirun(data_dir, sweep, *command, "parallel=pmap", check=False)
+    assert proc.returncode == 2 and "use parallel=sharded or parallel=none" in proc.stderr
+    trials = study_trials(sweep, "pop")
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    for t in trials:
+        assert t.user_attrs["fail_reason"].startswith("not run: UserError: hydra/launcher=population spreads its "
+                                                      "members over devices with parallel=sharded; parallel=pmap "
+                                                      "cannot"), t.user_attrs
+    multirun(data_dir, sweep, *command)
+    assert [t.state.name for t in study_trials(sweep, "pop")] == ["FAIL", "FAIL", "COMPLETE", "COMPLETE"]
+
+
 def test_optuna_batches_train_as_one_program_each(data_dir, tmp_path):
     sweep = tmp_path / "optuna"
     proc = multirun(data_dir, sweep, "hydra/launcher=population", "hydra/sweeper=zoo_optuna",

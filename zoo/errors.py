@@ -34,6 +34,7 @@ def brief(e: BaseException) -> str:
 
 
 def exit_with(error: UserError):
-    """End the command with the error's one sentence on stderr and its exit code."""
+    """End the command with the error's one sentence on stderr and its exit code. The exit carries the error as its
+    cause, so a sweeper that records why a batch never ran records the sentence, not `SystemExit: 2`."""
     print(f"error: {error}", file=sys.stderr)
-    sys.exit(error.exit_code)
+    raise SystemExit(error.exit_code) from error

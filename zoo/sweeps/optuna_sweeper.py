@@ -434,6 +434,8 @@ def _a_stop(e: BaseException) -> bool:
 
 def _fail_unrun(study, trials: list, error: BaseException, optuna) -> None:
     """Tell the study that `trials` (asked, never run) failed, with why: left RUNNING, a rerun would run them."""
+    if isinstance(error, SystemExit) and isinstance(error.__cause__, UserError):  # exit_with: its sentence
+        error = error.__cause__
     for t in trials:
         trial = optuna.Trial(study, t._trial_id)
         trial.set_user_attr("fail_reason", f"not run: {brief(error)}")
