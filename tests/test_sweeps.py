@@ -466,3 +466,15 @@ def test_a_preset_searching_a_setting_the_chosen_group_lacks_is_refused_before_a
     assert last.endswith(f"); choose another {group.partition('=')[0]}, or search settings it has."), last
     assert settings is None or f"(its settings: {settings})" in last, last
     assert not (sweep_dir / "optuna.db").exists()
+
+
+@pytest.mark.parametrize("subdir", ["null", "meta"])
+def test_jobs_kept_without_a_hydra_folder_get_no_summary_claiming_none_completed(data_dir, tmp_path, subdir):
+    """The summary finds a sweep's jobs by their .hydra/ record: with hydra.output_subdir=null (or another name)
+    it listed none and ended `Best: none (no job completed yet)` under a sweep whose jobs all completed."""
+    sweep = tmp_path / "sweep"
+    proc = multirun(data_dir, sweep, "model=linear", "seed=0,1", f"hydra.output_subdir={subdir}")
+    out = proc.stdout + proc.stderr
+    assert "Best: none" not in out and not (sweep / "summary.md").exists(), out[-2000:]
+    assert out.count(f"no sweep summary: hydra.output_subdir={subdir} keeps") == 1, out[-2000:]
+    assert len(list(sweep.glob("*/results.json"))) == 2

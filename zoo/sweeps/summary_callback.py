@@ -112,10 +112,19 @@ class SweepSummary(Callback):
         # multirun.yaml before this command (None: none), this command's once its sweeper wrote it, and whether
         # every job of it so far was refused
         self.earlier_plan, self.own_plan, self.all_refused = None, None, True
+        self.off = False  # the jobs keep no .hydra/ record, by which a summary finds them
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Optuna opens sqlite:///<sweep dir>/optuna.db before the launcher creates the sweep dir.
         os.makedirs(config.hydra.sweep.dir, exist_ok=True)
+        subdir = OmegaConf.select(config, "hydra.output_subdir", default=".hydra")
+        if subdir != ".hydra":  # it would list none of the jobs, and report that none completed
+            self.off = True
+            log.warning("no sweep summary: hydra.output_subdir=%s keeps the jobs' records%s, and a summary finds a "
+                        "sweep's jobs and their overrides by <job dir>/.hydra/; leave hydra.output_subdir unset "
+                        "for one", "null" if subdir is None else subdir,
+                        " nowhere" if subdir is None else " elsewhere")
+            return
         _refuse_other_sweeps(str(config.hydra.sweep.dir))
         _refuse_another_objective(config)
         with contextlib.suppress(OSError):  # a new sweep dir
@@ -135,6 +144,10 @@ class SweepSummary(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
         if config.hydra.mode != RunMode.MULTIRUN:
+            return
+        if self.off:  # a failed job still says why in its failure.json
+            if job_return.status == JobStatus.FAILED and not isinstance(job_return._return_value, RunRefused):
+                write_failure(config.hydra.runtime.output_dir, job_return)
             return
         job_dir = config.hydra.runtime.output_dir
         if job_return.status == JobStatus.FAILED:
@@ -179,6 +192,8 @@ class SweepSummary(Callback):
                      counts["pruned"], stopped, report.best_text(s))
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        if self.off:
+            return
         s = _summarise(config.hydra.sweep.dir, True, self.known)
         if s is not None:
             print(f"Sweep summary: {os.path.join(s['root'], 'summary.md')}")
