@@ -388,6 +388,27 @@ def test_resume_over_damaged_checkpoints_says_damaged_not_different(make_cfg, tm
         train(make_cfg("debug=smoke", "model.hidden=[16]", "optimizer.learning_rate=1e-4", "trainer.max_steps=8"))
 
 
+def test_resume_from_another_runs_checkpoints_under_other_settings_says_to_leave_out_trainer_resume(make_cfg,
+                                                                                                    tmp_path):
+    """A new hydra.run.dir with the same trainer.resume meets the same checkpoint: the way out is the setting."""
+    train(make_cfg("debug=smoke", "optimizer=sgd", "model.hidden=[16]", "trainer.checkpoint_every=2", out="source"))
+    source = tmp_path / "source" / "checkpoints"
+    way_out = r"restore those settings or leave out trainer\.resume to start afresh\.$"
+    with pytest.raises(UserError, match=rf"the checkpoint in {source} was trained with other settings: model\.hidden "
+                                        rf"\(\[16\] -> \[32\]\); {way_out}"):
+        train(make_cfg("debug=smoke", "optimizer=sgd", "model.hidden=[32]", f"trainer.resume={source}", out="a"))
+    with pytest.raises(UserError, match=rf"does not fit this run's model and optimizer state; it was trained with "
+                                        rf"optimizer\.momentum \(0\.9 -> None\): {way_out}"):
+        train(make_cfg("debug=smoke", "optimizer=sgd", "model.hidden=[16]", "optimizer.momentum=null",
+                       f"trainer.resume={source}", out="b"))
+    for blob in source.rglob("*"):
+        if blob.is_file() and blob.parent.name == "d":
+            blob.write_bytes(b"junk")
+    with pytest.raises(UserError, match=rf"no checkpoint in {source} can be restored \(tried steps \[6, 4, 2\]\); "
+                                        r"leave out trainer\.resume to start afresh\.$"):
+        train(make_cfg("debug=smoke", "optimizer=sgd", "model.hidden=[16]", f"trainer.resume={source}", out="c"))
+
+
 def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
     with pytest.raises(UserError, match=r"trainer\.resume=.*nowhere is not a checkpoint directory; use auto, never"):
         train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'nowhere'}"))

@@ -136,8 +136,11 @@ def _refuse_empty_resume(resume: str, path: str, own: bool) -> None:
 def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
     """`own`: the run's own checkpoints (a refusal for other settings then leaves its run as it was), not
     trainer.resume's."""
+    # trainer.resume's checkpoints meet a new hydra.run.dir too: the way out is then the setting itself
+    way_out = (f"start in a new {new_run_dir(cfg.paths.output_dir)}." if own
+               else "leave out trainer.resume to start afresh.")
     newest_first = list(reversed(source.steps()))
-    saved_config = source.first_readable_meta(newest_first, hint="start in a new hydra.run.dir.")["config"]
+    saved_config = source.first_readable_meta(newest_first, hint=way_out)["config"]
     current, saved = OmegaConf.to_container(cfg, resolve=True), _with_defaults(saved_config)
     try:
         check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
@@ -147,15 +150,14 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
     if changed:
         raise (RunRefused if own else UserError)(
             f"the checkpoint in {source.directory} was trained with other settings: {'; '.join(changed)}; restore "
-            f"those settings or start in a new {new_run_dir(cfg.paths.output_dir)}.")
+            f"those settings or {way_out}")
     try:
-        step, tree, meta = restore_latest_good(source, target)
+        step, tree, meta = restore_latest_good(source, target, hint=way_out)
     except StateMismatch:
         changed = changed_settings(saved_config, current, STATE_SHAPING)
         settings = "; ".join(changed) or "other settings"
         raise UserError(f"the checkpoint in {source.directory} does not fit this run's model and optimizer state; "
-                        f"it was trained with {settings}: restore those settings or start in a new "
-                        "hydra.run.dir.") from None
+                        f"it was trained with {settings}: restore those settings or {way_out}") from None
     return step, tree, meta
 
 
