@@ -143,6 +143,23 @@ def test_a_finished_run_stopped_while_lengthened_keeps_no_results_of_a_state_it_
     assert json.loads((run_dir / "results.json").read_text())["steps"] == 12
 
 
+@pytest.mark.parametrize("stopping", [[], ["trainer.early_stopping.patience=1", "optimizer.learning_rate=1e-9"]],
+                         ids=["plain", "early-stopping"])
+def test_a_lengthened_run_makes_the_periodic_eval_of_its_old_end(make_cfg, tmp_path, stopping):
+    """A run ending at step 4 evaluates there as a finished run (final evals), not periodically; lengthened, it
+    drops those final evals and must make the periodic one a run trained 8 steps at once made at step 4: logged,
+    and counted by early stopping (at a learning rate too small to improve, patience 1 ends the run there)."""
+    common = ["debug=smoke", "trainer.eval_every=2", *stopping]
+    train(make_cfg(*common, "trainer.max_steps=4"))
+    lengthened = train(make_cfg(*common, "trainer.max_steps=8"))
+    whole = train(make_cfg(*common, "trainer.max_steps=8", out="whole"))
+    assert records(tmp_path / "run") == records(tmp_path / "whole")
+    for key in ("steps", "train", "test", "early_stopping"):
+        assert lengthened.get(key) == whole.get(key)
+    assert train(make_cfg(*common, "trainer.max_steps=8"))["steps"] == whole["steps"]  # reported again as it is
+    assert records(tmp_path / "run") == records(tmp_path / "whole")
+
+
 @pytest.mark.parametrize("stopping", [[], ["trainer.early_stopping.patience=1", "dataset.validation_fraction=0.2"]],
                          ids=["plain", "early-stopping"])
 def test_a_run_stopped_after_its_final_checkpoint_finishes_as_if_uninterrupted(make_cfg, stopping):

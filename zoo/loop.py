@@ -97,7 +97,7 @@ def call_length(cfg, steps_per_call: int, remaining: int, saving: bool = True) -
 
 
 def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int, logger, *, start_step: int = 0,
-        sums=None, save=None, stop=None, on_eval=None, stop_early=None):
+        sums=None, save=None, stop=None, on_eval=None, stop_early=None, eval_at_start=False):
     """Run steps [start_step, total_steps): log every log_every, evaluate every eval_every steps.
 
     `feed` (zoo.data.feed.TrainFeed) hands each call its steps' data. A call runs to the next log, eval or
@@ -109,6 +109,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     `on_eval(step, eval metrics)` returning true (a sweep's pruner) saves and raises TrialPruned.
     `stop_early(step, eval metrics)` returning true (early stopping) saves and ends the run there; with it
     every periodic eval is also checkpointed, so the best one can be restored.
+    `eval_at_start`: the periodic eval due at start_step was not made (the run resumed from ended there).
     Returns (state, last logged train metrics, examples/s, last step run).
     """
     mode = compiled.mode
@@ -128,6 +129,14 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
         k = min(length, next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
         return k, feed.args(step, k, pad_to=length)
 
+    if eval_at_start and eval_every and step % eval_every == 0 and step < total_steps:
+        batches, count = eval_sets[periodic_split]
+        eval_metrics = evaluate(compiled.state(leaves), compiled, batches, count)
+        logger.log(step, periodic_split, eval_metrics)
+        if stop_early is not None and stop_early(step, eval_metrics):
+            if save:  # the step's checkpoint holds the counters from before this eval: it now ends the run
+                save(step, mode.get(compiled.state(leaves)), compiled.get_sums(acc), eval_metrics, replace=True)
+            return compiled.state(leaves), {}, 0.0, step
     upcoming = call_args(step) if step < total_steps else None
     while step < total_steps:
         k, args = upcoming

@@ -43,6 +43,9 @@ class RunOutputs:
     early: EarlyStopping | None = None
     results: dict = field(default_factory=dict)
     recorded: dict | None = None  # the results of a run that had finished before this command, which leaves it so
+    # lengthened: the run it continues ended at start_step with final evals, which this run drops, so the periodic
+    # eval a run trained this long at once makes there is still to be made
+    eval_at_start: bool = False
     _final_logged: bool = False
 
     @property
@@ -170,8 +173,9 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     if restored is not None and is_primary() and os.path.exists(results_path):
         _withdraw_results(results_path, start_step)
     saver = _saver(cfg, ckpts, stream, total_steps, early, start_step)
+    lengthened = restored is not None and meta.get("total_steps") == start_step < total_steps
     return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
-                      start_step, host_state, sums, early)
+                      start_step, host_state, sums, early, eval_at_start=lengthened)
 
 
 def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended: bool) -> None:
@@ -212,7 +216,7 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
     config = OmegaConf.to_container(cfg, resolve=True)
     written = set()  # steps this run has saved: a population saves its final step before finish() asks again
 
-    def later(step, state, sums, eval_metrics=None):
+    def later(step, state, sums, eval_metrics=None, replace=False):
         if ckpts is None:
             return None
         host_state = jax.device_get(state)
@@ -229,18 +233,20 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
             if step in written:
                 return
             if step in ckpts.steps():
-                if step <= start_step:
+                if step <= start_step and not replace:
                     return  # a finished run's own step, evaluated again
-                # past the step this run resumed from: its restore skipped this one as unreadable
-                log.warning("replacing checkpoint step %d in %s, which could not be restored", step, ckpts.directory)
+                if not replace:  # past the step this run resumed from: its restore skipped this one as unreadable
+                    log.warning("replacing checkpoint step %d in %s, which could not be restored", step,
+                                ckpts.directory)
                 ckpts.delete(step)
             ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
             written.add(step)
 
         return write
 
-    def save(step, state, sums, eval_metrics=None, wait=False):
-        write = later(step, state, sums, eval_metrics)
+    def save(step, state, sums, eval_metrics=None, wait=False, replace=False):
+        """`replace`: the step is written again even where it is on disk (its early-stopping counters changed)."""
+        write = later(step, state, sums, eval_metrics, replace)
         if write is not None:
             write()
             if wait:

@@ -170,7 +170,8 @@ def train(cfg: DictConfig) -> dict:
             state, train_metrics, examples_per_s, step = fit(
                 state, compiled, run.feed, run.eval_sets, cfg.trainer, out.end_step, out.logger,
                 start_step=out.start_step, sums=out.sums, save=out.save, stop=stop,
-                on_eval=eval_reporter(cfg, compiled.task), stop_early=out.early.update if out.early else None)
+                on_eval=eval_reporter(cfg, compiled.task), stop_early=out.early.update if out.early else None,
+                eval_at_start=out.eval_at_start)
             if stop and step < out.end_step:  # stopped before its end, and saved there
                 if out.ckpts:
                     out.ckpts.wait()
