@@ -411,6 +411,10 @@ def test_a_refusal_names_paths_output_dir_when_it_placed_the_run(data_dir, tmp_p
     assert again.stderr.strip().splitlines()[-1] == (
         f"error: paths.output_dir={out} already holds a finished run trained with other settings: seed (0 -> 1); "
         "choose a new paths.output_dir.")
+    same = run(["debug=smoke", f"hydra.run.dir={tmp_path / 'c'}", f"paths.output_dir={out}"], data_dir)
+    assert same.returncode == 0, same.stderr
+    said = same.stdout + same.stderr
+    assert f"paths.output_dir={out} already holds this finished run; its results.json stands" in said
 
 
 def test_a_paths_output_dir_in_use_by_another_command_is_refused(data_dir, tmp_path):

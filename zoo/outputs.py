@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.checkpoint import Checkpoints
-from zoo.cli import in_multirun, named_run_dir, new_run_dir
+from zoo.cli import in_multirun, named_run_dir, new_run_dir, run_dir_setting
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import RunRefused, UserError
 from zoo.loop import NonFiniteLoss, metric_summary
@@ -152,8 +152,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     if recorded is not None:  # nothing to train or write: the run's record stays as it was
         if not population_member:  # a population's launcher writes its members' records later, and restores them
             run_record.restore(out_dir)
-        log.info("hydra.run.dir=%s already holds this finished run; its results.json stands (test: %s)",
-                 os.path.abspath(out_dir), metric_summary(recorded.get("test", {})))
+        log.info("%s=%s already holds this finished run; its results.json stands (test: %s)",
+                 run_dir_setting(out_dir), os.path.abspath(out_dir), metric_summary(recorded.get("test", {})))
         return RunOutputs(cfg, task, total_steps, ckpts, RunLogger(out_dir, cfg.logger, total_steps, enabled=False),
                           None, zero_sums, target, start_step, host_state, sums, early, recorded=recorded)
     if privacy is not None:  # said once the run trains: a refusal or a finished run's rerun is not preceded by it
