@@ -421,6 +421,23 @@ def test_a_member_resumed_ahead_of_the_others_mid_log_interval_equals_its_solo_r
     assert_same_trajectory(cfgs[0].paths.output_dir, solo.paths.output_dir)
 
 
+@pytest.mark.parametrize("stopping", [[], ["trainer.early_stopping.patience=1"]], ids=["plain", "early-stopping"])
+def test_a_lengthened_member_makes_the_periodic_eval_of_its_old_end_as_its_solo_run(make_cfg, stopping):
+    """Member 0 had finished 12 steps (final evals at 12, a periodic eval step): lengthened to 24 in a population
+    where member 1 starts afresh, it makes the periodic eval at 12 that its solo run makes, which early stopping
+    counts (at learning rate 1e-9 nothing improves: patience 1 ends it there, at its start)."""
+    longer = ["optimizer=sgd", "trainer.max_steps=24", *stopping]
+    grid = [("1e-9", "0"), ("0.05", "1")]
+    cfgs = configs(make_cfg, "len", *longer, grid=grid)
+    for out in (pathlib.Path(cfgs[0].paths.output_dir).name, "solo"):
+        train(make_cfg(*SMALL, *longer, "trainer.max_steps=12", "optimizer.learning_rate=1e-9", "seed=0", out=out))
+    outcomes = train_population(cfgs)
+    solo_cfg = make_cfg(*SMALL, *longer, "optimizer.learning_rate=1e-9", "seed=0", out="solo")
+    solo = train(solo_cfg)
+    assert outcomes[0]["steps"] == solo["steps"] and outcomes[0].get("early_stopping") == solo.get("early_stopping")
+    assert_same_trajectory(cfgs[0].paths.output_dir, solo_cfg.paths.output_dir)
+
+
 def test_a_batch_its_solo_runs_cannot_split_over_their_devices_is_refused(make_cfg):
     """parallel=sharded splits each solo run's batch over its devices: a batch of 6 on 4 devices fails alone,
     so the group fails with the same sentence instead of training runs that have no solo equal."""

@@ -53,6 +53,8 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     length = call_length(cfg, steps_per_call, total_steps - step)
     interval_start, t_log = step, time.perf_counter()
     writes = []  # (member, write): the checkpoints due at the last boundary, checked and described already
+    if eval_every and step % eval_every == 0 and step < total_steps:  # members lengthened from a run ending here
+        writes = _evals_at_start(program, states, accs, members, step, eval_set, task)
     with ThreadPoolExecutor(1, thread_name_prefix="zoo-population-saves") as writer:
         pending = None
         while step < total_steps and any(m.error is None and step < m.end for m in members):
@@ -71,6 +73,7 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
             evals = {}
             if eval_every and step % eval_every == 0 and step < total_steps:
                 evals = _periodic_eval(program, states, members, step, eval_set, task)
+                writes += _evals_at_start(program, states, accs, members, step, eval_set, task)
             checkpoint_due = checkpoint_every and step % checkpoint_every == 0
             stopping = bool(stop)  # read once: a signal during the loop below must reach every member or none
             for i, m in enumerate(members):
@@ -158,6 +161,33 @@ def _periodic_eval(program, states, members, step, eval_set, task) -> dict:
                     if m.outputs.early.update(step, metrics[i]):
                         m.end = step
     return evals
+
+
+def _evals_at_start(program, states, accs, members, step, eval_set, task) -> list:
+    """The periodic eval at `step` of the members starting there lengthened (zoo.loop.fit's eval_at_start): the
+    run each continues ended at that step with final evals, which it drops. Returns the writes of those early
+    stopping ends there: their checkpoint at the step holds the counters from before this eval."""
+    starting = [i for i, m in enumerate(members) if m.error is None and m.outputs.eval_at_start
+                and m.outputs.start_step == step < m.end]
+    if not starting:
+        return []
+    split, batches, count = eval_set
+    metrics = evaluate_members(program, states, batches, count, task, len(members))
+    saved, writes = None, []
+    for i in starting:
+        m = members[i]
+        m.outputs.logger.log(step, split, metrics[i])
+        if m.outputs.early is not None:
+            with member_lines(m.outputs.cfg.paths.output_dir):
+                if m.outputs.early.update(step, metrics[i]):
+                    m.end = step
+                    saved = saved or jax.device_get((states, accs))
+                    try:
+                        writes.append((m, m.outputs.save.later(step, member(saved[0], i), member(saved[1], i),
+                                                               metrics[i], replace=True)))
+                    except UserError as e:
+                        m.error = e
+    return writes
 
 
 def evaluate_members(program, states, batches, count: int, task, n: int) -> list:
