@@ -160,6 +160,20 @@ def test_a_lengthened_run_makes_the_periodic_eval_of_its_old_end(make_cfg, tmp_p
     assert records(tmp_path / "run") == records(tmp_path / "whole")
 
 
+def test_a_lengthened_run_killed_before_its_next_checkpoint_logs_the_eval_of_its_old_end_once(make_cfg, tmp_path):
+    """kill -9 after the lengthened run logged its periodic eval at the old end (step 4) but before any later
+    checkpoint: the rerun resumes at step 4 again, whose eval its metrics.jsonl already holds."""
+    common = ["debug=smoke", "trainer.eval_every=2", "trainer.checkpoint_every=100"]
+    train(make_cfg(*common, "trainer.max_steps=4"))
+    train(make_cfg(*common, "trainer.max_steps=8"))
+    run_dir = tmp_path / "run"
+    shutil.rmtree(run_dir / "checkpoints" / "8")  # as if killed before it was written
+    (run_dir / "results.json").unlink()
+    train(make_cfg(*common, "trainer.max_steps=8"))
+    train(make_cfg(*common, "trainer.max_steps=8", out="whole"))
+    assert records(run_dir) == records(tmp_path / "whole")
+
+
 @pytest.mark.parametrize("stopping", [[], ["trainer.early_stopping.patience=1", "dataset.validation_fraction=0.2"]],
                          ids=["plain", "early-stopping"])
 def test_a_run_stopped_after_its_final_checkpoint_finishes_as_if_uninterrupted(make_cfg, stopping):

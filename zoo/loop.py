@@ -132,7 +132,8 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     if eval_at_start and eval_every and step % eval_every == 0 and step < total_steps:
         batches, count = eval_sets[periodic_split]
         eval_metrics = evaluate(compiled.state(leaves), compiled, batches, count)
-        logger.log(step, periodic_split, eval_metrics)
+        if not logged_eval(logger, step, periodic_split):  # a rerun after a kill past it has its row already
+            logger.log(step, periodic_split, eval_metrics)
         if stop_early is not None and stop_early(step, eval_metrics):
             if save:  # the step's checkpoint holds the counters from before this eval: it now ends the run
                 save(step, mode.get(compiled.state(leaves)), compiled.get_sums(acc), eval_metrics, replace=True)
@@ -176,6 +177,11 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
             break
     examples_per_s = (step - start_step) * feed.batch_size / max(time.perf_counter() - t_start, 1e-9)
     return compiled.state(leaves), train_metrics, examples_per_s, step
+
+
+def logged_eval(logger, step: int, split: str) -> bool:
+    """Whether the log kept from before this command holds the (periodic) eval of `split` at `step`."""
+    return any(r["step"] == step and r["split"] == split for r in getattr(logger, "history", ()))
 
 
 def total_steps_for(cfg, steps_per_epoch: int, warn: bool = True) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 from zoo.data.pipeline import PADDING_STEP
 from zoo.errors import UserError
 from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, check_finite, next_boundary,
-                      call_length, log_period, metric_summary)
+                      call_length, log_period, logged_eval, metric_summary)
 from zoo.population.logs import member_lines
 from zoo.population.program import member
 
@@ -176,7 +176,8 @@ def _evals_at_start(program, states, accs, members, step, eval_set, task) -> lis
     saved, writes = None, []
     for i in starting:
         m = members[i]
-        m.outputs.logger.log(step, split, metrics[i])
+        if not logged_eval(m.outputs.logger, step, split):  # a rerun after a kill past it has its row already
+            m.outputs.logger.log(step, split, metrics[i])
         if m.outputs.early is not None:
             with member_lines(m.outputs.cfg.paths.output_dir):
                 if m.outputs.early.update(step, metrics[i]):
