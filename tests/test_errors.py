@@ -529,7 +529,7 @@ def test_a_finished_run_is_compared_by_what_decides_its_results(make_cfg, tmp_pa
         saved = json.loads(meta.read_text())
         del saved["config"]["privacy"], saved["config"]["dataset"]["validation_fraction"]
         meta.write_text(json.dumps(saved))
-    for same in (["privacy.l2_clip=2.0"], ["trainer.epochs=2"], ["trainer.early_stopping.min_delta=0.5"]):
+    for same in (["privacy=none"], ["trainer.epochs=2"], ["trainer.early_stopping.min_delta=0.5"]):
         assert train(make_cfg("debug=smoke", *same))["test"] == first["test"]  # unused here, or the same 6 steps
 
 

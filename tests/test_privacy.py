@@ -415,7 +415,8 @@ def test_bad_privacy_settings_are_one_sentence(make_cfg, overrides, message):
         train(make_cfg("debug=smoke", *overrides))
 
 
-@pytest.mark.parametrize("setting", ["privacy.target_epsilon=3", "privacy.noise_multiplier=1.0", "privacy.delta=1e-6"])
+@pytest.mark.parametrize("setting", ["privacy.target_epsilon=3", "privacy.noise_multiplier=1.0", "privacy.delta=1e-6",
+                                     "privacy.l2_clip=0.5", "privacy.accountant=rdp"])
 def test_a_dpsgd_setting_without_privacy_dpsgd_is_refused_not_ignored(make_cfg, tmp_path, setting):
     """Ignored, it trained an ordinary model, exit 0, with no privacy in results.json."""
     key = setting.partition("=")[0]

@@ -28,6 +28,10 @@ class PrivacyConfig:
     accountant: str = "pld"  # pld (privacy loss distributions, tight) | rdp (Renyi DP, faster, looser)
 
 
+# DP-SGD settings with a value of their own under privacy=none too: one set to another is refused likewise
+DPSGD_ONLY_DEFAULTS = {"l2_clip": PrivacyConfig.l2_clip, "accountant": PrivacyConfig.accountant}
+
+
 def validate_privacy(cfg, new_run: bool = True) -> None:
     """`cfg` is the whole train config: DP-SGD also constrains the model. `new_run`: a config about to train, not
     a finished run's saved one, which is read as it was trained."""
@@ -72,6 +76,7 @@ def validate_privacy(cfg, new_run: bool = True) -> None:
 def _refuse_dpsgd_settings(p) -> None:
     """`privacy.target_epsilon=3` without `privacy=dpsgd` must not train a model the user takes for private."""
     given = [key for key in DPSGD_ONLY if p.get(key) is not None]
+    given += [key for key, default in DPSGD_ONLY_DEFAULTS.items() if p.get(key, default) != default]
     if given:
         raise UserError(f"privacy.{given[0]} only applies to privacy=dpsgd, and without it this run would train "
                         f"without privacy; add privacy=dpsgd to train privately, or remove privacy.{given[0]}.")
