@@ -317,7 +317,7 @@ def test_a_max_steps_beyond_the_epochs_is_named_in_a_warning(make_cfg, caplog):
     with caplog.at_level("WARNING", logger="zoo"):
         results = train(make_cfg("debug=smoke", "trainer.max_steps=500", "trainer.eval_every=0", "logger=quiet"))
     assert results["steps"] == 89  # debug=smoke: one epoch of 1438 examples in batches of 16
-    assert "trainer.max_steps=500 is more than trainer.epochs=1 give (89 steps of 89 an epoch)" in caplog.text
+    assert "trainer.max_steps=500 is more than trainer.epochs=1 give (89 steps, 89 an epoch)" in caplog.text
 
 
 def test_the_last_step_is_evaluated_once_as_the_final_eval(make_cfg, tmp_path):

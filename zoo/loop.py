@@ -188,7 +188,7 @@ def total_steps_for(cfg, steps_per_epoch: int, warn: bool = True) -> int:
     """trainer.max_steps shortens a run; it never lengthens one past trainer.epochs (`warn`: say so)."""
     total = cfg.epochs * steps_per_epoch
     if warn and cfg.max_steps and cfg.max_steps > total:
-        log.warning("trainer.max_steps=%d is more than trainer.epochs=%d give (%d steps of %d an epoch): the run "
+        log.warning("trainer.max_steps=%d is more than trainer.epochs=%d give (%d steps, %d an epoch): the run "
                     "trains %d steps; raise trainer.epochs to train longer", cfg.max_steps, cfg.epochs, total,
                     steps_per_epoch, total)
     return min(total, cfg.max_steps) if cfg.max_steps else total
