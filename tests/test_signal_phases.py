@@ -79,11 +79,11 @@ def test_sigterm_while_a_population_finishes_lets_its_members_finish(data_dir, t
                                                                 f"hydra.sweep.dir={sweep}"], data_dir)
     out = done.stderr + done.stdout
     assert "SIGTERM arrived while the population finished; its complete members finished first" in out, out[-3000:]
-    assert done.returncode == 128 + signal.SIGTERM  # the sweep ends after the jobs the signal reached
+    assert done.returncode == 0  # every job completed: the sweep is complete, none to rerun
     for job in ("0", "1"):
         results = json.loads((sweep / job / "results.json").read_text())
         assert_saves_complete(sweep / job, results["steps"])
-    assert (sweep / "summary.png").is_file()  # drawn although the sweep ended before its multirun end
+    assert (sweep / "summary.png").is_file()
 
 
 @pytest.mark.parametrize("launcher", ["basic", "population"])
@@ -126,3 +126,27 @@ def test_ctrl_c_while_a_multirun_loads_its_data_is_one_line(data_dir, tmp_path, 
     assert done.returncode == 130
     assert done.stderr == ("error: interrupted by Ctrl-C; checkpoints already written are kept — rerun the same "
                            f"multirun command (hydra.sweep.dir={sweep}) to resume the sweep.\n")
+
+
+@pytest.mark.parametrize("launcher,module", [("basic", "zoo.train"), ("population", "zoo.population.train")])
+def test_sigterm_while_a_sweeps_last_jobs_finish_exits_0(data_dir, tmp_path, launcher, module):
+    """Every job completed, none stopped: the sweep ends as a complete one (exit 0), not as one to rerun."""
+    sweep = tmp_path / "sweep"
+    seeds = "0" if launcher == "basic" else "0,1"  # the basic launcher's only job is its last
+    done = train_signalled_in(module, "_finish", ["-m", "debug=smoke", f"seed={seeds}", f"hydra/launcher={launcher}",
+                                                  f"hydra.sweep.dir={sweep}"], data_dir)
+    out = done.stderr + done.stdout
+    assert done.returncode == 0, out[-3000:]
+    assert "rerun the same multirun command" not in out
+    for job in seeds.split(","):
+        assert json.loads((sweep / job / "results.json").read_text())["test"]["count"] == 359
+
+
+def test_sigterm_while_a_sweeps_job_finishes_ends_it_before_the_next(data_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    done = train_signalled_in("zoo.train", "_finish", ["-m", "debug=smoke", "seed=0,1", f"hydra.sweep.dir={sweep}"],
+                              data_dir)
+    out = done.stderr + done.stdout
+    assert done.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "the jobs it reached completed, and the sweep ends before its next job" in out
+    assert (sweep / "0" / "results.json").is_file() and not (sweep / "1" / "results.json").exists()

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from zoo import preemption
 from zoo.cli import release_output_dir
 from zoo.errors import UserError, exit_with
-from zoo.sweeps.stop_on_signal import deferred, end_sweep_if_stopped
+from zoo.sweeps.stop_on_signal import deferred, end_sweep_before_next_job, end_sweep_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def trains_populations(train_population, trains_alone=None):
 
 def launch(hydra_context, config, task_function, job_overrides, initial_job_idx: int, max_size: int) -> list:
     setup_globals()
-    preemption.forget()  # a signal handled before this batch was launched is not this batch's to act on
+    end_sweep_before_next_job()  # a signal that came while the last batch's jobs finished: they all completed
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     log.info(f"Launching {len(job_overrides)} jobs locally")
@@ -67,6 +67,7 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         _check_settings([prepared[g[0]].task_cfg for g in groups if len(g) > 1])
     returns = [None] * len(jobs)
     for group in groups:
+        end_sweep_before_next_job()  # one that came while the group before finished
         if len(group) == 1:
             returns[group[0]] = _run(hydra_context, config, task_function, jobs[group[0]])
             continue
@@ -82,7 +83,8 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
                         release_output_dir(output_dir)
         configure_log(config.hydra.hydra_logging, config.hydra.verbose)
         stopped = [returns[i] for i in group if isinstance(returns[i]._return_value, preemption.Preempted)]
-        end_sweep_if_stopped(stopped[0] if stopped else None)
+        failed = [returns[i] for i in group if returns[i].status != JobStatus.COMPLETED]
+        end_sweep_if_stopped((stopped + failed + [returns[group[-1]]])[0])  # all completed: before the next job
     return returns
 
 

@@ -1,4 +1,6 @@
-"""SIGTERM or Ctrl-C ends a multirun after the job it stopped, with one sentence and exit code 128 + signal.
+"""SIGTERM or Ctrl-C ends a multirun after the job it stopped, with one sentence and exit code 128 + signal. One
+that reached a job only while it finished (it completed) ends the sweep before its next job; with none left,
+the sweep is complete and ends as one (exit 0).
 
 The train loop saves the stopped job's checkpoint and returns; without this callback the sweeper would record
 that job as failed and start the next one. Rerunning the same multirun command (same hydra.sweep.dir)
@@ -10,6 +12,7 @@ import signal
 import socket
 import sys
 
+from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
@@ -36,6 +39,8 @@ def end_sweep_if_stopped(job_return=None) -> None:
         return
     stopped = getattr(job_return, "_return_value", None)
     known = isinstance(stopped, preemption.Preempted)
+    if not known and job_return is not None and job_return.status == JobStatus.COMPLETED:
+        return  # it completed: the sweep ends before its next job (end_sweep_before_next_job), if it has one
     at = f" at step {stopped.step}" if known else ""
     if known and not stopped.saved:
         outcome = ("checkpoint.enabled=false, so nothing was saved — rerunning the same multirun command (same "
@@ -44,6 +49,17 @@ def end_sweep_if_stopped(job_return=None) -> None:
         outcome = ("every job it stopped saved its checkpoint — rerun the same multirun command (same "
                    "hydra.sweep.dir) to resume the sweep.")
     print(f"error: stopped by {signal.Signals(signum).name}{at}; {outcome}", file=sys.stderr)
+    sys.exit(128 + signum)
+
+
+def end_sweep_before_next_job() -> None:
+    """A signal whose jobs all completed (it came while they finished) ends the sweep before it starts another."""
+    signum = preemption.received()
+    if signum is None:
+        return
+    print(f"error: stopped by {signal.Signals(signum).name}; the jobs it reached completed, and the sweep ends "
+          "before its next job — rerun the same multirun command (same hydra.sweep.dir) to run the rest.",
+          file=sys.stderr)
     sys.exit(128 + signum)
 
 
@@ -61,6 +77,10 @@ class EndSweepOnSignal(Callback):
         preemption.forget()
         if not runs_jobs_here(config):
             signal.signal(signal.SIGTERM, _end_waiting_sweep)
+
+    def on_job_start(self, config, **kwargs) -> None:
+        if self.sweep_process == _this_process() and not _deferred:
+            end_sweep_before_next_job()
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
         if self.sweep_process == _this_process() and not _deferred:
