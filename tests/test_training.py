@@ -161,6 +161,24 @@ def test_tensorboard_drops_what_a_resumed_run_redoes_as_metrics_jsonl_does(make_
     np.testing.assert_allclose([scalars[k] for k in logged], list(logged.values()), rtol=1e-6)
 
 
+def test_tensorboard_of_a_lengthened_run_holds_what_its_metrics_jsonl_holds(make_cfg, tmp_path, monkeypatch):
+    """Lengthened, a run redoes the evals at its old end (step 4) as periodic ones: its event files held the old
+    final evals there too, each scalar twice."""
+    import tensorboardX.event_file_writer
+
+    monkeypatch.setattr(tensorboardX.event_file_writer, "time", types.SimpleNamespace(time=lambda: 1.7e9))
+    common = ["debug=smoke", "logger.tensorboard=true", "trainer.eval_every=2", "trainer.log_every=2"]
+    train(make_cfg(*common, "trainer.max_steps=4"))
+    train(make_cfg(*common, "trainer.max_steps=8"))
+    run = tmp_path / "run"
+    events = read_jsonl(run / "metrics.jsonl")
+    logged = {(f"{e['split']}/{name}", e["step"]): value for e in events for name, value in e.items()
+              if name not in ("step", "split", "count", "final")}
+    scalars = tensorboard_scalars(run / "tensorboard")
+    assert scalars.keys() == logged.keys()
+    np.testing.assert_allclose([scalars[k] for k in logged], list(logged.values()), rtol=1e-6)
+
+
 def test_dropout_masks_drawn_ahead_of_a_call_are_those_its_steps_would_draw(make_cfg, monkeypatch):
     """zoo.steps draws a call's masks before its scan; with that turned off each step draws its own (nnx.Dropout).
     Calls of 4 steps to log boundaries every 5: padded calls, so skipped rows must not take a step's masks."""

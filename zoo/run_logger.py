@@ -71,8 +71,8 @@ class TensorBoardWriter:
     FLUSH_SECONDS = 10  # how stale `tensorboard --logdir` may see a running job (it reloads every 5 s or more)
 
     def __init__(self, directory: str, purge_from: int | None = None):
-        """`purge_from`: a resumed run's first new step. TensorBoard drops the earlier files' events from that
-        step on when it reads a SessionLog START there, as metrics.jsonl drops the records a resume redoes."""
+        """`purge_from`: the step a run resumes from. TensorBoard drops the earlier files' events from that step
+        on when it reads a SessionLog START there; RunLogger writes again what metrics.jsonl keeps at that step."""
         EventsWriter, event_pb2, summary_pb2 = _event_writer()
         os.makedirs(directory, exist_ok=True)
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
@@ -109,7 +109,11 @@ class RunLogger:
         os.makedirs(out_dir, exist_ok=True)
         self._jsonl = self._open_jsonl(os.path.join(out_dir, "metrics.jsonl"), start_step, self.history)
         if cfg.tensorboard:
-            self._tb = TensorBoardWriter(os.path.join(out_dir, "tensorboard"), start_step + 1 if start_step else None)
+            # from start_step itself: the final evals of a run now lengthened (or stopped before results.json)
+            # lie there, and the redone evals would join them; what metrics.jsonl keeps there is written again
+            self._tb = TensorBoardWriter(os.path.join(out_dir, "tensorboard"), start_step or None)
+            for record in (r for r in self.history if start_step and r["step"] == start_step):
+                self._tb.add_scalars(start_step, _scalars(record))
         if cfg.progress:
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
         self._plot = cfg.plot
@@ -157,7 +161,7 @@ class RunLogger:
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
         if self._tb is not None:  # one event per record
-            self._tb.add_scalars(step, {f"{split}/{name}": value for name, value in metrics.items() if name != "count"})
+            self._tb.add_scalars(step, _scalars(record))
 
     def progress(self, step: int, loss: float, examples_per_s: float) -> None:
         if self._bar is not None:
@@ -189,6 +193,12 @@ class RunLogger:
         drawn = _background(_plot_or_warn, list(self.history), main_metric, os.path.join(self.out_dir, "curves.png"))
         if not self.plot_in_background:  # a single run returns with its curves drawn
             drawn.result()
+
+
+def _scalars(record: dict) -> dict:
+    """A metrics.jsonl record's TensorBoard scalars: `split/metric`, without the count of examples."""
+    return {f"{record['split']}/{name}": value for name, value in record.items()
+            if name not in ("step", "split", "final", "count")}
 
 
 def _background(fn, *args) -> Future:
