@@ -160,6 +160,20 @@ def test_a_lengthened_run_makes_the_periodic_eval_of_its_old_end(make_cfg, tmp_p
     assert records(tmp_path / "run") == records(tmp_path / "whole")
 
 
+def test_a_lengthened_run_early_stopping_ends_at_its_old_end_reports_the_speed_of_the_run_it_continued(make_cfg,
+                                                                                                       tmp_path):
+    """It trains no step: its examples_per_s (and achieved GFLOP/s) are those of the run that trained its steps,
+    not 0.0."""
+    common = ["debug=smoke", "trainer.eval_every=2", "trainer.early_stopping.patience=1",
+              "optimizer.learning_rate=1e-9"]
+    first = train(make_cfg(*common, "trainer.max_steps=4"))
+    lengthened = train(make_cfg(*common, "trainer.max_steps=8"))
+    assert lengthened["steps"] == lengthened["start_step"] == 4  # ended at its first eval, its old end
+    written = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert written["examples_per_s"] == first["examples_per_s"] > 0
+    assert written["model"]["achieved_gflop_s"] == first["model"]["achieved_gflop_s"]
+
+
 def test_a_lengthened_run_killed_before_its_next_checkpoint_logs_the_eval_of_its_old_end_once(make_cfg, tmp_path):
     """kill -9 after the lengthened run logged its periodic eval at the old end (step 4) but before any later
     checkpoint: the rerun resumes at step 4 again, whose eval its metrics.jsonl already holds."""

@@ -438,6 +438,18 @@ def test_a_lengthened_member_makes_the_periodic_eval_of_its_old_end_as_its_solo_
     assert_same_trajectory(cfgs[0].paths.output_dir, solo_cfg.paths.output_dir)
 
 
+def test_a_lengthened_member_early_stopping_ends_at_its_start_reports_the_speed_of_the_run_it_continued(make_cfg):
+    """It trains no step in the population: its examples_per_s is that of the run that trained its steps, not 0.0."""
+    longer = ["optimizer=sgd", "trainer.max_steps=24", "trainer.early_stopping.patience=1"]
+    cfgs = configs(make_cfg, "speed", *longer, grid=[("1e-9", "0"), ("0.05", "1")])
+    first = train(make_cfg(*SMALL, *longer, "trainer.max_steps=12", "optimizer.learning_rate=1e-9", "seed=0",
+                           out=pathlib.Path(cfgs[0].paths.output_dir).name))
+    outcomes = train_population(cfgs)
+    assert outcomes[0]["steps"] == outcomes[0]["start_step"] == 12
+    assert outcomes[0]["examples_per_s"] == first["examples_per_s"] > 0
+    assert outcomes[1]["examples_per_s"] > 0
+
+
 def test_a_batch_its_solo_runs_cannot_split_over_their_devices_is_refused(make_cfg):
     """parallel=sharded splits each solo run's batch over its devices: a batch of 6 on 4 devices fails alone,
     so the group fails with the same sentence instead of training runs that have no solo equal."""

@@ -46,6 +46,9 @@ class RunOutputs:
     # lengthened: the run it continues ended at start_step with final evals, which this run drops, so the periodic
     # eval a run trained this long at once makes there is still to be made
     eval_at_start: bool = False
+    # lengthened: the speed its results.json gave ({"examples_per_s", "achieved_gflop_s"}), reported again if this
+    # command trains no step (early stopping ends it at its old end): 0.0 would say the run trained at no speed
+    continued_speed: dict | None = None
     _final_logged: bool = False
 
     @property
@@ -83,6 +86,10 @@ class RunOutputs:
         self.log_final(step, split_metrics)
         if self.early is None:
             self.save(self.total_steps, final_state, self.zero_sums, next(iter(split_metrics.values())), wait=True)
+        if step == self.start_step and self.continued_speed is not None:
+            extras["examples_per_s"] = self.continued_speed["examples_per_s"]
+            if "model" in extras:
+                extras["model"] = {**extras["model"], "achieved_gflop_s": self.continued_speed["achieved_gflop_s"]}
         results.update(extras)
         results["objective"] = objective_of(self.cfg, results, self.task)
         self.logger.write_results(results)
@@ -170,12 +177,14 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     if privacy:
         logger = EpsilonLogger(logger, privacy)
     run_record.accepted(out_dir)  # from here on, .hydra/ describes this run, whatever ends it
+    continued_speed = None
     if restored is not None and is_primary() and os.path.exists(results_path):
+        continued_speed = _speed_of(results_path)
         _withdraw_results(results_path, start_step)
     saver = _saver(cfg, ckpts, stream, total_steps, early, start_step)
     lengthened = restored is not None and meta.get("total_steps") == start_step < total_steps
     return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
-                      start_step, host_state, sums, early, eval_at_start=lengthened)
+                      start_step, host_state, sums, early, eval_at_start=lengthened, continued_speed=continued_speed)
 
 
 def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended: bool) -> None:
@@ -297,6 +306,17 @@ def _result_value(name: str, results: dict) -> float:
     if not np.isfinite(value):  # a sweeper given NaN would end the whole sweep; raising fails this trial only
         raise NonFiniteLoss(f"the objective {name} is {value}; lower optimizer.learning_rate or set trainer.clip_norm.")
     return value
+
+
+def _speed_of(results_path: str) -> dict | None:
+    """The examples_per_s and model.achieved_gflop_s a finished run's results.json gives, or None."""
+    try:
+        with open(results_path) as f:
+            results = json.load(f)
+        return {"examples_per_s": results["examples_per_s"],
+                "achieved_gflop_s": results.get("model", {}).get("achieved_gflop_s")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable: the new figures stand
+        return None
 
 
 def _withdraw_results(results_path: str, start_step: int) -> None:
