@@ -186,6 +186,27 @@ def test_unwritable_data_dir_names_the_setting(make_cfg, tmp_path):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
 
 
+@pytest.mark.parametrize("dataset", ["digits", "mnist"])
+def test_a_data_dir_that_is_a_file_is_named_as_such(make_cfg, tmp_path, monkeypatch, dataset):
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    cfg = make_cfg(f"dataset={dataset}", f"paths.data_dir={blocker}")
+    with pytest.raises(UserError, match=r"^paths\.data_dir=.*a_file is a file, not a directory; set paths\.data_dir "
+                                        r"to a directory"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
+@pytest.mark.parametrize("dataset", ["digits", "mnist"])
+def test_an_empty_data_dir_is_named_as_such(make_cfg, monkeypatch, dataset):
+    """`export TFDS_DATA_DIR=` leaves the default paths.data_dir empty."""
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    cfg = make_cfg(f"dataset={dataset}", "paths.data_dir=''")
+    with pytest.raises(UserError, match=r"^paths\.data_dir is empty \(as is TFDS_DATA_DIR when it is set but "
+                                        r"empty\); set paths\.data_dir"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
 def test_a_dataset_prepared_by_a_parallel_job_is_used(make_cfg, tmp_path, monkeypatch):
     """Parallel trials (submitit) on a fresh data dir prepare at once; the job whose rename loses reads the winner's."""
     cfg = make_cfg("dataset=digits", f"paths.data_dir={tmp_path / 'data'}")
