@@ -104,3 +104,15 @@ def test_a_signal_to_one_process_stops_every_process_at_the_same_saved_step(data
     assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, outputs[0][-2000:] + outputs[1][-2000:]
     steps = Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()
     assert len(steps) == 1 and all(f"stopped by SIGTERM at step {steps[0]};" in out for out in outputs)
+
+
+def test_a_dataset_process_0_cannot_load_ends_every_process_in_one_sentence(data_dir, tmp_path):
+    """Process 1 waits for process 0 to prepare the data; it waited 30 s more and ended in a gloo traceback."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    args = ["debug=smoke", "model=linear", "dataset=diabetes", "parallel=sharded", f"paths.data_dir={blocker}",
+            f"hydra.run.dir={tmp_path / 'run'}"]
+    outputs = two_processes("train.py", args, data_dir, cpu_devices=(1, 1), returncode=2)
+    assert "a_file is a file, not a directory" in outputs[0]
+    assert "Traceback" not in outputs[1]
+    assert re.search(r"error: process 0 could not load dataset=diabetes \(its output says why\)", outputs[1])

@@ -19,7 +19,7 @@ from zoo.ema import evaluating_averaged
 from zoo.optim import build_optimizer, check_run_length
 from zoo.outputs import open_outputs
 from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
-from zoo.parallel.distributed import barrier, is_primary
+from zoo.parallel.distributed import agree, is_primary
 from zoo.preemption import preempted, stop_on_signals
 from zoo.privacy.plan import PrivacyPlan, plan_privacy
 from zoo.state import TrainState, create_state
@@ -101,12 +101,19 @@ def log_ema(cfg: DictConfig) -> None:
 
 
 def load_dataset_once(dataset_cfg, data_dir: str) -> Dataset:
-    """In multi-process runs process 0 prepares the data; the others read it once it is complete."""
+    """In multi-process runs process 0 prepares the data; the others read it once it is complete, or stop with
+    a sentence when it could not (they would wait at a barrier process 0 never reaches, then fail in gloo)."""
     if not is_primary():
-        barrier("dataset prepared")
-    data = load_dataset(dataset_cfg, data_dir)
-    if is_primary():
-        barrier("dataset prepared")
+        if not agree(True):
+            raise UserError(f"process 0 could not load dataset={dataset_cfg.name} (its output says why); this "
+                            "process stops with it.")
+        return load_dataset(dataset_cfg, data_dir)
+    try:
+        data = load_dataset(dataset_cfg, data_dir)
+    except Exception:  # a sentence, or a damaged copy: the others stop too
+        agree(False)
+        raise
+    agree(True)
     return data
 
 

@@ -51,9 +51,11 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
-def barrier(name: str) -> None:
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(name)
+def agree(ok: bool) -> bool:
+    """A barrier that also tells every process whether all of them reached it with `ok`."""
+    if jax.process_count() == 1:
+        return ok
+    return bool(np.min(multihost_utils.process_allgather(np.int32(ok))))
 
 
 def agree_on_stop(stop) -> bool:
