@@ -116,3 +116,25 @@ def test_a_dataset_process_0_cannot_load_ends_every_process_in_one_sentence(data
     assert "a_file is a file, not a directory" in outputs[0]
     assert "Traceback" not in outputs[1]
     assert re.search(r"error: process 0 could not load dataset=diabetes \(its output says why\)", outputs[1])
+
+
+def test_a_dataset_process_1_cannot_load_ends_process_0_in_one_sentence(data_dir, tmp_path):
+    """Process 1 reads the data after process 0 (another host may have another data dir); process 0 went on."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    args = ["train.py", "debug=smoke", "model=linear", "dataset=diabetes", "parallel=sharded", "parallel.cpu_devices=1",
+            "distributed=explicit", f"distributed.coordinator_address=localhost:{free_port()}",
+            "distributed.num_processes=2", f"hydra.run.dir={tmp_path / 'run'}"]
+    procs = [subprocess.Popen([sys.executable, *args, f"distributed.process_id={i}", f"paths.data_dir={where}"],
+                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for i, where in enumerate([data_dir, blocker])]
+    try:  # process 0 waited at its next collective, and process 1 at its exit, for distributed.timeout_s (300 s)
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [2, 2], outputs
+    assert "a_file is a file, not a directory" in outputs[1]
+    assert "error: process 1 could not load dataset=diabetes (its output says why)" in outputs[0]
+    assert "Traceback" not in outputs[0]

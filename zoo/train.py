@@ -19,7 +19,7 @@ from zoo.ema import evaluating_averaged
 from zoo.optim import build_optimizer, check_run_length
 from zoo.outputs import open_outputs
 from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
-from zoo.parallel.distributed import agree, is_primary
+from zoo.parallel.distributed import failed_processes, is_primary
 from zoo.preemption import preempted, stop_on_signals
 from zoo.privacy.plan import PrivacyPlan, plan_privacy
 from zoo.state import TrainState, create_state
@@ -101,19 +101,25 @@ def log_ema(cfg: DictConfig) -> None:
 
 
 def load_dataset_once(dataset_cfg, data_dir: str) -> Dataset:
-    """In multi-process runs process 0 prepares the data; the others read it once it is complete, or stop with
-    a sentence when it could not (they would wait at a barrier process 0 never reaches, then fail in gloo)."""
+    """In multi-process runs process 0 prepares the data; the others read it once it is complete. A process that
+    could not load it says why, and the others stop with a sentence naming it (they would wait at their next
+    collective, then fail in a gloo traceback)."""
+    def stop_if_failed(ok: bool) -> None:
+        failed = failed_processes(ok)
+        if ok and failed:
+            raise UserError(f"process {failed[0]} could not load dataset={dataset_cfg.name} (its output says why); "
+                            "this process stops with it.")
+
     if not is_primary():
-        if not agree(True):
-            raise UserError(f"process 0 could not load dataset={dataset_cfg.name} (its output says why); this "
-                            "process stops with it.")
-        return load_dataset(dataset_cfg, data_dir)
+        stop_if_failed(True)  # (1) released once process 0 has prepared it
     try:
         data = load_dataset(dataset_cfg, data_dir)
     except Exception:  # a sentence, or a damaged copy: the others stop too
-        agree(False)
+        stop_if_failed(False)  # in place of the (1) or (2) this process would have met next
         raise
-    agree(True)
+    stop_if_failed(True)  # process 0: (1), the others: (2)
+    if is_primary():
+        stop_if_failed(True)  # (2) once the others have read it
     return data
 
 

@@ -51,11 +51,12 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
-def agree(ok: bool) -> bool:
-    """A barrier that also tells every process whether all of them reached it with `ok`."""
+def failed_processes(ok: bool) -> list:
+    """A barrier that also tells every process which ones reached it without `ok`."""
     if jax.process_count() == 1:
-        return ok
-    return bool(np.min(multihost_utils.process_allgather(np.int32(ok))))
+        return [] if ok else [0]
+    oks = np.asarray(multihost_utils.process_allgather(np.int32(ok))).ravel()
+    return [int(i) for i in np.flatnonzero(oks == 0)]
 
 
 def agree_on_stop(stop) -> bool:
