@@ -106,7 +106,11 @@ BAD_VALUES = [
     ("dataset.noise=0.5", r"dataset\.noise only applies to dataset=synthetic_linear \(it generates that data\); "
                           r"remove it for dataset=digits\."),
     ("dataset.normalize_target=true", r"dataset\.normalize_target only applies to regression targets; "
-                                      r"dataset=digits is classification, so remove it\."),
+                                      r"dataset=digits is classification, so remove it \(or set "
+                                      r"dataset\.normalize_target=false\)\."),
+    # diabetes.yaml sets it, not the user: removing it from the command line leaves it set
+    ("dataset=diabetes dataset.task=classification dataset.num_classes=10",
+     r"dataset=diabetes is classification, so remove it \(or set dataset\.normalize_target=false\)\."),
     ("dataset=diabetes model=linear dataset.num_classes=3", r"dataset\.num_classes only applies to classification; "
                                                           r"dataset=diabetes is regression, so remove it \(or set "
                                                           r"dataset\.num_classes=null\)\."),

@@ -371,7 +371,7 @@ def _validate_applicable(d: DictConfig) -> None:
     changed from its default: the schema's value cannot be told apart from the same value typed.)"""
     _require(not (d.normalize_target and d.task == "classification"),
              f"dataset.normalize_target only applies to regression targets; dataset={d.name} is classification, "
-             "so remove it.")
+             "so remove it (or set dataset.normalize_target=false).")
     _require(d.embedded or d.test_fraction == DatasetConfig.test_fraction,
              f"dataset.test_fraction only applies to the embedded datasets, which ship without a split; "
              f"dataset={d.name} has its own test split, so remove it.")
