@@ -192,6 +192,11 @@ BAD_VALUES = [
      r"^distributed\.process_id only applies to distributed=explicit; distributed=auto reads the processes from the "
      r"environment \(SLURM, Open MPI, \.\.\.\) and ignores it: use distributed=explicit, or remove "
      r"distributed\.process_id\.$"),
+    ("parallel=sharded distributed=explicit distributed.coordinator_address=localhost:12355 "
+     "distributed.num_processes=2 distributed.process_id=1 distributed.timeout_s=0",  # peers awaited without end
+     r"^distributed\.timeout_s must be a positive number of seconds, got 0\.$"),
+    ("distributed=auto distributed.timeout_s=-1",
+     r"^distributed\.timeout_s must be a positive number of seconds, got -1\.$"),
     ("trainer.accumulate=0", r"trainer\.accumulate must be a positive number of micro-batches per update, got 0\."),
     ("trainer.accumulate=4", r"trainer\.accumulate=4 does not divide the run's 6 steps, so its last micro-batches "
                              r"would never be applied; set trainer\.max_steps to 4 or 8\."),
