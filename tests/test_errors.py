@@ -197,6 +197,12 @@ BAD_VALUES = [
      r"^distributed\.timeout_s must be a positive number of seconds, got 0\.$"),
     ("distributed=auto distributed.timeout_s=-1",
      r"^distributed\.timeout_s must be a positive number of seconds, got -1\.$"),
+    ("parallel=pmap distributed=explicit distributed.coordinator_address=localhost:12355 "
+     "distributed.num_processes=2 distributed.process_id=0",  # was refused only once every peer had joined
+     r"^parallel\.mode=pmap runs in one process; distributed\.num_processes=2 needs parallel=sharded\.$"),
+    ("distributed=explicit distributed.coordinator_address=localhost:12355 distributed.num_processes=2 "
+     "distributed.process_id=1",
+     r"^parallel\.mode=none runs in one process; distributed\.num_processes=2 needs parallel=sharded\.$"),
     ("trainer.accumulate=0", r"trainer\.accumulate must be a positive number of micro-batches per update, got 0\."),
     ("trainer.accumulate=4", r"trainer\.accumulate=4 does not divide the run's 6 steps, so its last micro-batches "
                              r"would never be applied; set trainer\.max_steps to 4 or 8\."),

@@ -232,6 +232,9 @@ def validate_placement(cfg: DictConfig) -> None:
     _refuse_process_settings(cfg.distributed)
     _require(cfg.distributed.mode == "none" or cfg.distributed.timeout_s > 0,  # JAX waits without end at 0 or less
              f"distributed.timeout_s must be a positive number of seconds, got {cfg.distributed.timeout_s}.")
+    n = cfg.distributed.get("num_processes")
+    _require(cfg.distributed.mode != "explicit" or n is None or n <= 1 or p.mode == "sharded",  # before joining
+             f"parallel.mode={p.mode} runs in one process; distributed.num_processes={n} needs parallel=sharded.")
     _require(p.device_data_mb >= 0, f"parallel.device_data_mb must be >= 0 (0 streams every split from the host), "
              f"got {p.device_data_mb}.")
     _require(p.cpu_devices is None or 0 < p.cpu_devices <= MAX_CPU_DEVICES,
