@@ -203,6 +203,14 @@ BAD_VALUES = [
     ("distributed=explicit distributed.coordinator_address=localhost:12355 distributed.num_processes=2 "
      "distributed.process_id=1",
      r"^parallel\.mode=none runs in one process; distributed\.num_processes=2 needs parallel=sharded\.$"),
+    ("parallel=sharded distributed=explicit distributed.coordinator_address=localhost distributed.num_processes=2 "
+     "distributed.process_id=0",  # was "could not start ... (list index out of range)"
+     r"^distributed\.coordinator_address=localhost is not host:port; set it to process 0's host and a free port, "
+     r"e\.g\. distributed\.coordinator_address=localhost:12355\.$"),
+    ("parallel=sharded distributed=explicit distributed.coordinator_address=localhost:http "
+     "distributed.num_processes=2 distributed.process_id=1",
+     r"^distributed\.coordinator_address=localhost:http is not host:port; set it to process 0's host and a free "
+     r"port, e\.g\. distributed\.coordinator_address=localhost:12355\.$"),
     ("trainer.accumulate=0", r"trainer\.accumulate must be a positive number of micro-batches per update, got 0\."),
     ("trainer.accumulate=4", r"trainer\.accumulate=4 does not divide the run's 6 steps, so its last micro-batches "
                              r"would never be applied; set trainer\.max_steps to 4 or 8\."),

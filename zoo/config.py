@@ -235,10 +235,23 @@ def validate_placement(cfg: DictConfig) -> None:
     n = cfg.distributed.get("num_processes")
     _require(cfg.distributed.mode != "explicit" or n is None or n <= 1 or p.mode == "sharded",  # before joining
              f"parallel.mode={p.mode} runs in one process; distributed.num_processes={n} needs parallel=sharded.")
+    address = cfg.distributed.get("coordinator_address")
+    _require(cfg.distributed.mode != "explicit" or address is None or coordinator_host(address) is not None,
+             f"distributed.coordinator_address={address} is not host:port; set it to process 0's host and a free "
+             f"port, e.g. distributed.coordinator_address=localhost:12355.")
     _require(p.device_data_mb >= 0, f"parallel.device_data_mb must be >= 0 (0 streams every split from the host), "
              f"got {p.device_data_mb}.")
     _require(p.cpu_devices is None or 0 < p.cpu_devices <= MAX_CPU_DEVICES,
              f"parallel.cpu_devices must be between 1 and {MAX_CPU_DEVICES} (or null), got {p.cpu_devices}.")
+
+
+def coordinator_host(address: str) -> Optional[str]:
+    """The host of a `host:port` coordinator address (an IPv6 one in brackets, [::1]:12355), or None where it is not
+    one: JAX takes the port after the last colon, and without one failed on "list index out of range"."""
+    host, _, port = str(address).rpartition(":")
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        return None
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def _refuse_process_settings(d: DictConfig) -> None:
