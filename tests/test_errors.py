@@ -203,6 +203,10 @@ BAD_VALUES = [
     ("distributed=explicit distributed.coordinator_address=localhost:12355 distributed.num_processes=2 "
      "distributed.process_id=1",
      r"^parallel\.mode=none runs in one process; distributed\.num_processes=2 needs parallel=sharded\.$"),
+    ("parallel=sharded distributed=explicit distributed.coordinator_address=nosuchhost.invalid:1234 "
+     "distributed.num_processes=2 distributed.process_id=0",  # aborted from C++ once distributed.timeout_s was out
+     r"^distributed\.coordinator_address=nosuchhost\.invalid:1234 names a host that cannot be resolved \([^)]+\); "
+     r"set it to process 0's host:port\.$"),
     ("parallel=sharded distributed=explicit distributed.coordinator_address=localhost distributed.num_processes=2 "
      "distributed.process_id=0",  # was "could not start ... (list index out of range)"
      r"^distributed\.coordinator_address=localhost is not host:port; set it to process 0's host and a free port, "
@@ -1018,7 +1022,10 @@ runpy.run_path("train.py", run_name="__main__")
     (["hydra.run.dir={tmp}/a_file/run", CALLBACK], 2, "error: hydra.run.dir={tmp}/a_file/run is not writable"),
     (["paths.output_dir={tmp}/a_file/out"], 2, "error: paths.output_dir={tmp}/a_file/out is not writable"),
     (DIVERGE + ["trainer.log_every=1", "logger.progress=true"], 2, "error: training loss became non-finite by step"),
-], ids=["hydra-unknown-option", "cpu-devices-cap", "run-dir", "output-dir", "nan-guard"])
+    (["parallel=sharded", "distributed=explicit", "distributed.coordinator_address=nosuchhost.invalid:1234",
+      "distributed.num_processes=2", "distributed.process_id=0", "distributed.timeout_s=5"],  # was exit 134
+     2, "error: distributed.coordinator_address=nosuchhost.invalid:1234 names a host that cannot be resolved"),
+], ids=["hydra-unknown-option", "cpu-devices-cap", "run-dir", "output-dir", "nan-guard", "coordinator-host"])
 def test_commands_exit_with_one_sentence(data_dir, tmp_path, args, code, fragment):
     (tmp_path / "a_file").write_text("")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]

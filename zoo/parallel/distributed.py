@@ -1,12 +1,14 @@
 """Multi-process runs: jax.distributed start-up, and helpers that let every process feed only its share."""
 import logging
 import os
+import socket
 import sys
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from zoo.config import coordinator_host
 from zoo.errors import UserError
 
 
@@ -21,6 +23,7 @@ def init_distributed(cfg) -> None:
             raise UserError(f"distributed=explicit needs {', '.join('distributed.' + k for k in missing)}.")
         kwargs = dict(coordinator_address=cfg.coordinator_address, num_processes=cfg.num_processes,
                       process_id=cfg.process_id)
+        _check_resolves(cfg.coordinator_address)
     else:  # auto: SLURM, Open MPI, Kubernetes, TPU pods — whatever jax.distributed detects
         kwargs = {}
     _native_stdout_to_stderr()
@@ -34,6 +37,20 @@ def init_distributed(cfg) -> None:
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
             root.removeHandler(handler)
             handler.close()
+
+
+def _check_resolves(address: str) -> None:
+    """Every process connects to the coordinator by name: JAX's client retries a name that does not resolve until
+    distributed.timeout_s is out, then aborts the process from C++ (exit 134, a native stack)."""
+    host, port = coordinator_host(address), str(address).rpartition(":")[2]
+    if host is None:  # not host:port, which validate_placement refuses first
+        return
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        cause = e.strerror if isinstance(e, socket.gaierror) else str(e)
+        raise UserError(f"distributed.coordinator_address={address} names a host that cannot be resolved ({cause}); "
+                        f"set it to process 0's host:port.") from None
 
 
 def _native_stdout_to_stderr() -> None:
