@@ -246,6 +246,27 @@ def test_bad_values_are_one_sentence_naming_the_setting(make_cfg, tmp_path, over
     assert not (tmp_path / "run").exists()  # refused before the run wrote anything
 
 
+CLUSTERS = {  # what distributed=auto reads the processes from, as srun and mpirun set it
+    "slurm": {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2", "SLURM_PROCID": "0",
+              "SLURM_LOCALID": "0"},
+    "openmpi": {"OMPI_MCA_orte_hnp_uri": "1531576320.0;tcp://127.0.0.1:34911", "OMPI_COMM_WORLD_SIZE": "2",
+                "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
+}
+
+
+@pytest.mark.parametrize("cluster,variable", [("slurm", "SLURM_NTASKS"), ("openmpi", "OMPI_COMM_WORLD_SIZE")])
+@pytest.mark.parametrize("parallel", ["pmap", "none"])
+def test_distributed_auto_with_several_processes_needs_sharded_before_joining(make_cfg, tmp_path, monkeypatch,
+                                                                              cluster, variable, parallel):
+    """Refused only once every process had joined: one whose peers never came waited out distributed.timeout_s."""
+    for name, value in CLUSTERS[cluster].items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(UserError, match=rf"^parallel\.mode={parallel} runs in one process; distributed=auto joins "
+                                        rf"the 2 processes {variable}=2 names, which need parallel=sharded\.$"):
+        train(make_cfg("debug=smoke", f"parallel={parallel}", "distributed=auto", "distributed.timeout_s=2"))
+    assert not (tmp_path / "run").exists()
+
+
 FOLLOWED_ADVICE = [  # (refused overrides, what the message advises), each trained in a debug=smoke run
     ("trainer.accumulate=100", "trainer.max_steps=100 trainer.epochs=2"),
     ("trainer.accumulate=7 trainer.max_steps=100", "trainer.max_steps=84"),

@@ -1,6 +1,7 @@
 """Structured config schema (type and key checks at compose time) and value checks before any JAX work."""
 import functools
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -235,6 +236,10 @@ def validate_placement(cfg: DictConfig) -> None:
     n = cfg.distributed.get("num_processes")
     _require(cfg.distributed.mode != "explicit" or n is None or n <= 1 or p.mode == "sharded",  # before joining
              f"parallel.mode={p.mode} runs in one process; distributed.num_processes={n} needs parallel=sharded.")
+    if cfg.distributed.mode == "auto" and p.mode != "sharded":  # before joining, where the environment tells
+        count, variable = processes_from_environment()
+        _require(count is None or count <= 1, f"parallel.mode={p.mode} runs in one process; distributed=auto joins "
+                 f"the {count} processes {variable}={count} names, which need parallel=sharded.")
     address = cfg.distributed.get("coordinator_address")
     _require(cfg.distributed.mode != "explicit" or address is None or coordinator_host(address) is not None,
              f"distributed.coordinator_address={address} is not host:port; set it to process 0's host and a free "
@@ -243,6 +248,24 @@ def validate_placement(cfg: DictConfig) -> None:
              f"got {p.device_data_mb}.")
     _require(p.cpu_devices is None or 0 < p.cpu_devices <= MAX_CPU_DEVICES,
              f"parallel.cpu_devices must be between 1 and {MAX_CPU_DEVICES} (or null), got {p.cpu_devices}.")
+
+
+def processes_from_environment() -> tuple:
+    """(process count, the variable that holds it) that distributed=auto will join with, where the environment
+    alone says: Open MPI's, then SLURM's, detected as jax.distributed detects them (jax/_src/clusters, in its order).
+    (None, None) elsewhere: on TPU pods and Kubernetes only their metadata services tell, and the count is checked
+    once the processes have joined."""
+    slurm = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
+    if "OMPI_MCA_orte_hnp_uri" in os.environ:
+        variable = "OMPI_COMM_WORLD_SIZE"
+    elif all(name in os.environ for name in slurm):
+        variable = "SLURM_NTASKS"
+    else:
+        return None, None
+    try:
+        return int(os.environ[variable]), variable
+    except (KeyError, ValueError):  # JAX's own error says so when it joins
+        return None, None
 
 
 def coordinator_host(address: str) -> Optional[str]:
