@@ -118,8 +118,9 @@ def test_jobs_given_one_directory_run_one_after_another_as_under_the_basic_launc
                         check=False)
         out = proc.stderr + proc.stdout
         assert proc.returncode == 1 and "one population" not in out
+        # a new hydra.sweep.dir would share one directory again: the job number in the subdir gives each its own
         assert "already holds a finished run trained with other settings: seed (0 -> 1); choose a new " \
-               "hydra.sweep.dir." in out  # what gives a multirun's jobs their own directories
+               "hydra.sweep.subdir that holds ${hydra.job.num} (this sweep's jobs share one directory)." in out
         assert not (sweep / "same" / "failure.json").exists()  # the finished run's directory is left as it was
         assert "seed=0" in (sweep / "same" / ".hydra" / "overrides.yaml").read_text()  # its record too
         assert [r["seed"] for r in summary_rows(sweep)] == ["0"]  # ranked as the run it holds
@@ -139,7 +140,8 @@ def test_jobs_given_one_paths_output_dir_run_one_after_another_as_under_the_basi
                         f"paths.output_dir={out}", check=False)
         said = proc.stderr + proc.stdout
         assert proc.returncode == 1 and "one population" not in said and "orbax" not in said, said[-3000:]
-        assert "already holds a finished run trained with other settings: seed (0 -> 1)" in said
+        assert "already holds a finished run trained with other settings: seed (0 -> 1); choose a new " \
+               "paths.output_dir that holds ${hydra.job.num} (this sweep's jobs share one directory)." in said
         runs[launcher] = [{k: v for k, v in json.loads(line).items() if k != "examples_per_s"}
                           for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert runs["population"] == runs["basic"]  # seed 0's run alone, logged once

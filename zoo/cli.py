@@ -27,10 +27,23 @@ from zoo.preemption import Preempted, interrupts_remembered
 
 def new_run_dir(out_dir: str | None = None) -> str:
     """The setting that gives the command a run directory of its own: a multirun's jobs live in hydra.sweep.dir;
-    a run whose outputs go to `out_dir` moves with run_dir_setting(out_dir)."""
+    a run whose outputs go to `out_dir` moves with run_dir_setting(out_dir). A sweep whose earlier job ran in
+    `out_dir` gives its jobs one directory (shared_job_dir)."""
+    if out_dir and (shared := shared_job_dir(out_dir)):
+        return shared
     if out_dir and _apart_from_job_dir(out_dir):
         return "paths.output_dir"
     return "hydra.sweep.dir" if in_multirun() else "hydra.run.dir"
+
+
+def shared_job_dir(out_dir: str) -> str | None:
+    """In a sweep whose earlier job ran in `out_dir` (a hydra.sweep.subdir without the job number, or one
+    paths.output_dir for all): the setting that gives each job its own directory, which a new hydra.sweep.dir
+    would not. Else None."""
+    if not in_multirun() or os.path.realpath(out_dir) not in _sweep_job_dirs:
+        return None
+    setting = "paths.output_dir" if _apart_from_job_dir(out_dir) else "hydra.sweep.subdir"
+    return f"{setting} that holds ${{hydra.job.num}} (this sweep's jobs share one directory)"
 
 
 def run_dir_setting(out_dir: str) -> str:
@@ -170,6 +183,7 @@ class RunDirCheck(Callback):
             run_record.remember(sweep, config.hydra.output_subdir)
         global _sweep_dir
         _sweep_dir = os.path.abspath(sweep)
+        _sweep_job_dirs.clear()
         numbered = numbered_job_dirs(config)
         for job in os.listdir(sweep):  # a rerun in the same sweep dir: its jobs' dirs
             if numbered and job.isdigit() and not os.path.isdir(os.path.join(sweep, job)):
@@ -181,6 +195,9 @@ class RunDirCheck(Callback):
     def on_job_end(self, config, job_return, **kwargs) -> None:
         """A later job of this sweep given the same directory (a hydra.sweep.subdir without the job number) and
         refused puts back this job's record, not the one the directory held before the command."""
+        if config.hydra.mode == RunMode.MULTIRUN:
+            out_dir = OmegaConf.select(config, "paths.output_dir", throw_on_resolution_failure=False)
+            _sweep_job_dirs.add(os.path.realpath(str(out_dir or config.hydra.runtime.output_dir)))
         subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
         if config.hydra.mode == RunMode.MULTIRUN and "hydra.job.num" not in str(subdir):  # else one dir a job
             run_record.remember(config.hydra.runtime.output_dir, config.hydra.output_subdir)
@@ -445,6 +462,7 @@ CTRL_C = ("interrupted by Ctrl-C; checkpoints already written are kept and the s
 READER_CTRL_C = "interrupted by Ctrl-C; what it writes is written whole or not at all — run the same command again."
 _ctrl_c = CTRL_C  # this command's line for a Ctrl-C outside the train loop: train.py's, or a reading command's
 _sweep_dir = None  # this process's multirun, once started: a Ctrl-C that ends it names the sweep to rerun
+_sweep_job_dirs = set()  # the run directories of the jobs of this process's multirun that have ended
 
 
 def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:

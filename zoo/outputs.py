@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.checkpoint import Checkpoints
-from zoo.cli import in_multirun, named_run_dir, new_run_dir, run_dir_setting
+from zoo.cli import in_multirun, named_run_dir, new_run_dir, run_dir_setting, shared_job_dir
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import RunRefused, UserError
 from zoo.loop import NonFiniteLoss, metric_summary
@@ -197,9 +197,10 @@ def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended
         raise RunRefused(f"{named_run_dir(cfg.paths.output_dir)} already holds a finished run trained with other "
                          f"settings: {'; '.join(changed)}; choose a new {new_run_dir(cfg.paths.output_dir)}.")
     if changed and own and in_multirun():
+        new = shared_job_dir(cfg.paths.output_dir) or "hydra.sweep.dir"
         raise RunRefused(f"hydra.run.dir={cfg.paths.output_dir} holds this sweep job's run, stopped at step {step} and "
                          f"trained with other settings: {'; '.join(changed)}; rerun the sweep's own command to go on "
-                         "with it, or choose a new hydra.sweep.dir.")
+                         f"with it, or choose a new {new}.")
     if changed:
         log.warning("the steps before %d were trained with other settings than this command's: %s", step,
                     "; ".join(changed))
