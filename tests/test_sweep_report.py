@@ -3,6 +3,7 @@ digits_cnn Optuna preset run end to end."""
 import csv
 import json
 import math
+import os
 import pathlib
 import shutil
 import subprocess
@@ -35,6 +36,22 @@ def write_job(root, name: str, overrides: list, results=None, failure=None, metr
 
 def completed(objective: float) -> dict:
     return {"objective": objective, "steps": 6, "wall_time_s": 1.0, "test": {"accuracy": objective, "count": 359}}
+
+
+def test_the_report_runs_by_its_path_from_any_directory(tmp_path):
+    """`python -m zoo.sweeps.report DIR` finds zoo only from the repository root (elsewhere: 'No module named
+    zoo'); its usage names the command that runs from anywhere, the script's path, and that one works."""
+    write_job(tmp_path / "sweep", "0", ["seed=0"], results=completed(0.9))
+    script = ROOT / "zoo" / "sweeps" / "report.py"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # zoo is not installed: only its checkout
+    usage = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert usage.returncode == 0 and "python <repo>/zoo/sweeps/report.py MULTIRUN_DIR" in usage.stdout, usage.stderr
+    done = subprocess.run([sys.executable, str(script), "sweep"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[0] == f"1 jobs; summary written to {tmp_path / 'sweep' / 'summary.md'}"
+    assert (tmp_path / "sweep" / "summary.csv").is_file()
 
 
 def test_a_sweep_whose_jobs_all_failed_names_no_best_and_does_not_wait_for_one(tmp_path):

@@ -1,6 +1,7 @@
 """Summarise a multirun directory: summary.csv, summary.md (best first, failures last) and summary.png.
 
-    python -m zoo.sweeps.report multirun/2025-01-01/12-00-00
+    python -m zoo.sweeps.report multirun/2025-01-01/12-00-00          # from the repository root
+    python <repo>/zoo/sweeps/report.py multirun/2025-01-01/12-00-00   # from any directory
 
 A job is any directory holding .hydra/overrides.yaml; it completed if it has results.json (written by train())
 and was pruned or failed if it has failure.json (written by zoo.sweeps.summary_callback.SweepSummary);
@@ -15,12 +16,15 @@ import os
 import re
 import sys
 
-from omegaconf import OmegaConf
+if not __package__:  # run by its path: zoo is found beside it, whatever the working directory (-m needs the root)
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # not zoo/sweeps/
 
-from zoo.config import default_objective, direction_of
-from zoo.files import write_text
-from zoo.sweeps import pareto, plots
-from zoo.sweeps.jobs import DamagedJob, finite, find_job_dirs, job_record, read_job
+from omegaconf import OmegaConf  # noqa: E402
+
+from zoo.config import default_objective, direction_of  # noqa: E402
+from zoo.files import write_text  # noqa: E402
+from zoo.sweeps import pareto, plots  # noqa: E402
+from zoo.sweeps.jobs import DamagedJob, finite, find_job_dirs, job_record, read_job  # noqa: E402
 
 STATUS_ORDER = {"completed": 0, "pruned": 1, "stopped": 2, "unfinished": 3, "failed": 4}
 
@@ -240,7 +244,8 @@ def _one_writer_at_a_time(root: str):
 
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m zoo.sweeps.report MULTIRUN_DIR  (a directory written by `python train.py -m ...`)"
+    usage = ("usage: python -m zoo.sweeps.report MULTIRUN_DIR  (a directory written by `python train.py -m ...`; "
+             "-m from the repository root, from any directory: python <repo>/zoo/sweeps/report.py MULTIRUN_DIR)")
     if args in (["-h"], ["--help"]):
         print(usage)
         return 0
