@@ -29,10 +29,11 @@ register_configs()
 @pytest.fixture(autouse=True)
 def no_stop_signal_from_an_earlier_test():
     """A stop signal a test's in-process run handled is process-wide state (zoo.preemption.received(), which a
-    real multirun forgets at its start): each test starts without one."""
+    real multirun forgets at its start): each test starts without one, and outside a sweep."""
     from zoo import preemption
 
     preemption.forget()
+    preemption.sweep_runs_jobs_here(False)
 
 
 @pytest.fixture(scope="session")

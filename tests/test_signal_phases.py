@@ -150,3 +150,35 @@ def test_sigterm_while_a_sweeps_job_finishes_ends_it_before_the_next(data_dir, t
     assert done.returncode == 128 + signal.SIGTERM, out[-3000:]
     assert "the jobs it reached completed, and the sweep ends before its next job" in out
     assert (sweep / "0" / "results.json").is_file() and not (sweep / "1" / "results.json").exists()
+
+
+@pytest.mark.parametrize("launcher,module,path", [("basic", "zoo.outputs", "RunOutputs.close"),
+                                                  ("population", "zoo.outputs", "RunOutputs.close"),
+                                                  ("population", "zoo.sweeps.summary_callback",
+                                                   "SweepSummary.on_job_end")])
+def test_sigterm_after_a_sweeps_last_jobs_completed_exits_0_with_its_summary(data_dir, tmp_path, launcher, module,
+                                                                             path):
+    """Sent once the jobs' results were written (their outputs closing, the jobs handed back and summarised), it
+    killed the sweep without a word (143 in a shell) and without its summary, though every job had completed."""
+    sweep = tmp_path / "sweep"
+    seeds = "0" if launcher == "basic" else "0,1"
+    done = train_signalled_in(module, path, ["-m", "debug=smoke", f"seed={seeds}", f"hydra/launcher={launcher}",
+                                             f"hydra.sweep.dir={sweep}"], data_dir)
+    out = done.stderr + done.stdout
+    assert done.returncode == 0, out[-3000:]
+    assert "rerun the same multirun command" not in out
+    with open(sweep / "summary.csv") as f:
+        assert sorted((r["job"], r["status"]) for r in csv.DictReader(f)) == [(j, "completed") for j in
+                                                                              seeds.split(",")]
+
+
+def test_sigterm_after_a_sweeps_job_completed_ends_it_before_the_next(data_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    done = train_signalled_in("zoo.outputs", "RunOutputs.close", ["-m", "debug=smoke", "seed=0,1",
+                                                                  f"hydra.sweep.dir={sweep}"], data_dir)
+    out = done.stderr + done.stdout
+    assert done.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "the jobs it reached completed, and the sweep ends before its next job" in out
+    assert (sweep / "0" / "results.json").is_file() and not (sweep / "1" / "results.json").exists()
+    with open(sweep / "summary.csv") as f:
+        assert [(r["job"], r["status"]) for r in csv.DictReader(f)] == [("0", "completed")]

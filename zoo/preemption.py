@@ -58,6 +58,32 @@ def forget() -> None:
     _received = None
 
 
+_sweep_here = False  # this process runs a multirun's jobs itself (zoo.sweeps.stop_on_signal sets it)
+_default_sigterm = None  # the SIGTERM handler a job's set-up keeps, while the one between jobs remembers
+
+
+def sweep_runs_jobs_here(here: bool) -> None:
+    global _sweep_here
+    _sweep_here = here
+
+
+def _remember_until_the_next_job(signum, frame) -> None:
+    """A SIGTERM once a sweep's job has trained (its outputs closing, the job handed back and summarised): its
+    results are written, so the sweep ends before its next job (exit 143) or, with none left, as a complete one
+    (exit 0), its summary written; killed here, it ended without a word or its summary. A second one ends it
+    at once."""
+    global _received
+    _received = _received or signum
+    signal.signal(signal.SIGTERM, _default_sigterm)
+
+
+def job_starts() -> None:
+    """A sweep's next job starts: SIGTERM during its set-up keeps its default (see interrupts_remembered)."""
+    if _default_sigterm is not None and threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) is _remember_until_the_next_job:
+        signal.signal(signal.SIGTERM, _default_sigterm)
+
+
 _unseen_interrupt = None  # a Ctrl-C before the train loop whose KeyboardInterrupt may have been lost
 
 
@@ -88,7 +114,7 @@ def interrupts_remembered():
 
 @contextlib.contextmanager
 def stop_on_signals():
-    global _unseen_interrupt, _received
+    global _unseen_interrupt, _received, _default_sigterm
     flag = StopFlag()
     if _unseen_interrupt is not None:  # a Ctrl-C that reached no handler of ours: stop as if it came now
         flag.signum = _received = _unseen_interrupt
@@ -109,3 +135,6 @@ def stop_on_signals():
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        if _sweep_here and not flag:  # the job trained: until the sweep's next job, a SIGTERM ends the sweep after it
+            _default_sigterm = previous[signal.SIGTERM]
+            signal.signal(signal.SIGTERM, _remember_until_the_next_job)

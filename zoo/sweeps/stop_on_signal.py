@@ -56,6 +56,7 @@ def end_sweep_before_next_job() -> None:
     """A signal whose jobs all completed (it came while they finished) ends the sweep before it starts another."""
     signum = preemption.received()
     if signum is None:
+        preemption.job_starts()
         return
     print(f"error: stopped by {signal.Signals(signum).name}; the jobs it reached completed, and the sweep ends "
           "before its next job — rerun the same multirun command (same hydra.sweep.dir) to run the rest.",
@@ -75,6 +76,7 @@ class EndSweepOnSignal(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         self.sweep_process = _this_process()
         preemption.forget()
+        preemption.sweep_runs_jobs_here(runs_jobs_here(config))
         if not runs_jobs_here(config):
             signal.signal(signal.SIGTERM, _end_waiting_sweep)
 
