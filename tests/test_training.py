@@ -179,6 +179,20 @@ def test_tensorboard_of_a_lengthened_run_holds_what_its_metrics_jsonl_holds(make
     assert_tensorboard_holds_metrics_jsonl(run)
 
 
+def test_tensorboard_of_a_run_early_stopping_reports_holds_what_its_metrics_jsonl_holds(make_cfg, tmp_path):
+    """Early stopping logs the final evals at the best checkpoint's step (4 here, of 6), where the periodic eval of
+    the same state lies: its event files held that split's scalars there twice. Killed before results.json, the
+    rerun resumes from step 6 and logs the final evals at step 4 again."""
+    common = ["debug=smoke", "logger.tensorboard=true", "trainer.eval_every=2", "dataset.validation_fraction=0.2",
+              "trainer.early_stopping.patience=1", "optimizer.learning_rate=3.0"]
+    assert train(make_cfg(*common))["early_stopping"]["best_checkpoint_step"] == 4
+    run = tmp_path / "run"
+    assert_tensorboard_holds_metrics_jsonl(run)
+    (run / "results.json").unlink()
+    assert train(make_cfg(*common))["start_step"] == 6
+    assert_tensorboard_holds_metrics_jsonl(run)
+
+
 def test_dropout_masks_drawn_ahead_of_a_call_are_those_its_steps_would_draw(make_cfg, monkeypatch):
     """zoo.steps draws a call's masks before its scan; with that turned off each step draws its own (nnx.Dropout).
     Calls of 4 steps to log boundaries every 5: padded calls, so skipped rows must not take a step's masks."""

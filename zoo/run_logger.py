@@ -107,31 +107,36 @@ class RunLogger:
         if not enabled:  # only process 0 writes in multi-process runs
             return
         os.makedirs(out_dir, exist_ok=True)
-        self._jsonl = self._open_jsonl(os.path.join(out_dir, "metrics.jsonl"), start_step, self.history)
+        redone = self._open_jsonl(os.path.join(out_dir, "metrics.jsonl"), start_step, self.history)
         if cfg.tensorboard:
             # from start_step itself: the final evals of a run now lengthened (or stopped before results.json)
-            # lie there, and the redone evals would join them; what metrics.jsonl keeps there is written again
-            self._tb = TensorBoardWriter(os.path.join(out_dir, "tensorboard"), start_step or None)
-            for record in (r for r in self.history if start_step and r["step"] == start_step):
-                self._tb.add_scalars(start_step, _scalars(record))
+            # lie there, and the redone evals would join them; what metrics.jsonl keeps from there is written
+            # again. Early stopping logged its final evals at its best step, which may come before start_step.
+            purge_from = min(redone, start_step) if start_step else None
+            self._tb = TensorBoardWriter(os.path.join(out_dir, "tensorboard"), purge_from)
+            for record in (r for r in self.history if purge_from is not None and r["step"] >= purge_from):
+                self._tb.add_scalars(record["step"], _scalars(record))
         if cfg.progress:
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
         self._plot = cfg.plot
         if self._plot:
             _background(_draw, "start", lambda: None)  # matplotlib loads in the child meanwhile
 
-    @staticmethod
-    def _open_jsonl(path: str, start_step: int, history: list):
+    def _open_jsonl(self, path: str, start_step: int, history: list) -> int:
         """Keep the records up to the step a run resumes from; later ones, and the final evals of a command that
         stopped after them (before results.json) or of a shorter run now lengthened, are about to be redone. The
-        kept ones replace the file in one rename, so a process killed from here on leaves them on disk."""
+        kept ones replace the file in one rename, so a process killed from here on leaves them on disk. Returns
+        the first step of a record dropped (start_step if none was)."""
+        redone = start_step
         if os.path.exists(path):
             with open(path) as f:
                 records = [json.loads(line) for line in f if line.strip()]
             history.extend(r for r in records if r["step"] <= start_step and not r.get("final"))
             if len(history) < len(records):
                 write_text(path, "".join(json.dumps(r) + "\n" for r in history))
-        return open(path, "a" if history else "w")
+                redone = min([start_step] + [r["step"] for r in records if r.get("final")])
+        self._jsonl = open(path, "a" if history else "w")
+        return redone
 
     def last(self, split: str) -> dict:
         """The newest record of `split`, its metrics alone, as the loop returned them (e.g. train metrics of a run
@@ -161,7 +166,14 @@ class RunLogger:
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
         if self._tb is not None:  # one event per record
-            self._tb.add_scalars(step, _scalars(record))
+            scalars = _scalars(record)
+            if final:  # early stopping logs the final evals at the best step, whose periodic eval (of the same
+                # state) the event files hold already: a viewer would show each of its scalars there twice
+                written = {tag for r in self.history[:-1] if r["step"] == step and not r.get("final")
+                           for tag in _scalars(r)}
+                scalars = {tag: v for tag, v in scalars.items() if tag not in written}
+            if scalars:
+                self._tb.add_scalars(step, scalars)
 
     def progress(self, step: int, loss: float, examples_per_s: float) -> None:
         if self._bar is not None:
