@@ -174,6 +174,28 @@ def test_a_lengthened_run_early_stopping_ends_at_its_old_end_reports_the_speed_o
     assert written["model"]["achieved_gflop_s"] == first["model"]["achieved_gflop_s"]
 
 
+@pytest.mark.parametrize("stopping", [[], ["trainer.early_stopping.patience=1", "optimizer.learning_rate=1e-9"]],
+                         ids=["plain", "early-stopping"])
+def test_a_run_finished_again_after_a_kill_before_results_json_reports_the_speed_it_trained_at(make_cfg, tmp_path,
+                                                                                               stopping):
+    """Killed between its last checkpoint and results.json, the run is finished by a rerun that trains no step: its
+    examples_per_s (and achieved GFLOP/s) are those its train records logged, not 0.0. Without early stopping
+    they span its steps as its own end's figures did; early stopping's last eval and checkpoint come after them."""
+    common = ["debug=smoke", "logger.summary=true", "trainer.eval_every=2", *stopping]
+    first = train(make_cfg(*common))
+    (tmp_path / "run" / "results.json").unlink()
+    again = train(make_cfg(*common))
+    assert again["steps"] == again["start_step"] == first["steps"]
+    written = json.loads((tmp_path / "run" / "results.json").read_text())
+    logged = [json.loads(line)["examples_per_s"] for line in open(tmp_path / "run" / "metrics.jsonl")
+              if json.loads(line)["split"] == "train"]
+    assert min(logged) <= written["examples_per_s"] <= max(logged)
+    flops_per_example = written["model"]["train_step_flops"] / 16  # debug=smoke's batch
+    assert written["model"]["achieved_gflop_s"] == pytest.approx(written["examples_per_s"] * flops_per_example / 1e9)
+    if not stopping:
+        assert written["examples_per_s"] == pytest.approx(first["examples_per_s"], rel=0.01)
+
+
 def test_a_lengthened_run_killed_before_its_next_checkpoint_logs_the_eval_of_its_old_end_once(make_cfg, tmp_path):
     """kill -9 after the lengthened run logged its periodic eval at the old end (step 4) but before any later
     checkpoint: the rerun resumes at step 4 again, whose eval its metrics.jsonl already holds."""

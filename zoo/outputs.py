@@ -47,7 +47,8 @@ class RunOutputs:
     # eval a run trained this long at once makes there is still to be made
     eval_at_start: bool = False
     # lengthened: the speed its results.json gave ({"examples_per_s", "achieved_gflop_s"}), reported again if this
-    # command trains no step (early stopping ends it at its old end): 0.0 would say the run trained at no speed
+    # command trains no step (early stopping ends it at its old end): 0.0 would say the run trained at no speed.
+    # A run killed before its results.json has none: its train records' speed stands in (_logged_speed)
     continued_speed: dict | None = None
     _final_logged: bool = False
 
@@ -86,10 +87,11 @@ class RunOutputs:
         self.log_final(step, split_metrics)
         if self.early is None:
             self.save(self.total_steps, final_state, self.zero_sums, next(iter(split_metrics.values())), wait=True)
-        if step == self.start_step and self.continued_speed is not None:
-            extras["examples_per_s"] = self.continued_speed["examples_per_s"]
+        speed = (self.continued_speed or _logged_speed(self.logger)) if step == self.start_step else None
+        if speed is not None:
+            extras["examples_per_s"] = speed["examples_per_s"]
             if "model" in extras:
-                extras["model"] = {**extras["model"], "achieved_gflop_s": self.continued_speed["achieved_gflop_s"]}
+                extras["model"] = {**extras["model"], "achieved_gflop_s": speed["achieved_gflop_s"]}
         results.update(extras)
         results["objective"] = objective_of(self.cfg, results, self.task)
         self.logger.write_results(results)
@@ -318,6 +320,26 @@ def _speed_of(results_path: str) -> dict | None:
                 "achieved_gflop_s": results.get("model", {}).get("achieved_gflop_s")}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable: the new figures stand
         return None
+
+
+def _logged_speed(logger) -> dict | None:
+    """The examples_per_s and achieved_gflop_s of the steps the run's kept train records logged (the examples they
+    cover over the time they took), or None without any: what a run killed between its last checkpoint and
+    results.json, finished by a command that trains no step, reports. Its records are those up to its end."""
+    steps = seconds = 0.0
+    before = 0
+    for record in logger.history:
+        if record["split"] != "train" or record.get("final") or record["step"] <= before:
+            continue
+        if record.get("examples_per_s", 0) > 0:  # per example: the batch size the records share cancels out
+            steps += record["step"] - before
+            seconds += (record["step"] - before) / record["examples_per_s"]
+        before = record["step"]
+    if not seconds:
+        return None
+    examples_per_s = steps / seconds
+    flops = logger.train_flops_per_example
+    return {"examples_per_s": examples_per_s, "achieved_gflop_s": flops * examples_per_s / 1e9 if flops else None}
 
 
 def _withdraw_results(results_path: str, start_step: int) -> None:
