@@ -330,13 +330,14 @@ def test_eval_of_a_run_replacing_its_checkpoints_faster_than_they_are_read_says_
         evaluate(eval_cfg(make_cfg, run_dir))
 
 
+@pytest.mark.parametrize("key", ["batch_size", "eval_batch_size"])  # the latter: its name in the run's config
 @pytest.mark.parametrize("batch_size,rows", [(5, 5), (10**6, 359)], ids=["small", "larger-than-the-split"])
-def test_eval_batches_are_trainer_batch_size_up_to_the_split(make_cfg, tmp_path, monkeypatch, batch_size, rows):
+def test_eval_batches_are_trainer_batch_size_up_to_the_split(make_cfg, tmp_path, monkeypatch, batch_size, rows, key):
     final = train(make_cfg("debug=smoke"))["test"]
     sizes = []
     real = zoo.train.eval_batches
     monkeypatch.setattr(zoo.train, "eval_batches", lambda split, size: sizes.append(size) or real(split, size))
-    evaluated = evaluate(eval_cfg(make_cfg, tmp_path / "run", f"trainer.batch_size={batch_size}"))
+    evaluated = evaluate(eval_cfg(make_cfg, tmp_path / "run", f"trainer.{key}={batch_size}"))
     assert sizes == [rows] and evaluated["metrics"]["count"] == 359  # a larger batch would only be padding
     assert evaluated["metrics"]["accuracy"] == final["accuracy"]
     np.testing.assert_allclose(evaluated["metrics"]["loss"], final["loss"], rtol=1e-6)

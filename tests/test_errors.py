@@ -765,6 +765,11 @@ def test_eval_choices_that_are_not_in_the_run(make_cfg, trained):
         evaluate(eval_cfg(make_cfg, trained, "split=train"))
     with pytest.raises(UserError, match=r"trainer\.batch_size must be a positive integer or null, got 0\."):
         evaluate(eval_cfg(make_cfg, trained, "trainer.batch_size=0"))
+    with pytest.raises(UserError, match=r"trainer\.eval_batch_size must be a positive integer or null, got 0\."):
+        evaluate(eval_cfg(make_cfg, trained, "trainer.eval_batch_size=0"))
+    with pytest.raises(UserError, match=r"^trainer\.batch_size=8 and trainer\.eval_batch_size=16 both set the eval "
+                                        r"batch size; set one of them\.$"):
+        evaluate(eval_cfg(make_cfg, trained, "trainer.batch_size=8", "trainer.eval_batch_size=16"))
     shutil.rmtree(trained / "eval", ignore_errors=True)
     (trained / "eval").write_text("")  # a file where eval/ must go: the run is writable, that file is in the way
     with pytest.raises(UserError, match=rf"^a file is in the way at {trained / 'eval'}, where eval results go; move "

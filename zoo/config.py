@@ -141,6 +141,7 @@ class TrainConfig:
 @dataclass
 class EvalTrainerConfig:
     batch_size: Optional[int] = None  # eval batch size; None = the run's own
+    eval_batch_size: Optional[int] = None  # the same, by its name in the run's config: set one of the two
 
 
 @dataclass

@@ -25,8 +25,13 @@ def _check_command(cfg: DictConfig, script: str) -> None:
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise UserError(f"run_dir is required: python {script} run_dir=outputs/<date>/<time> (a training run's "
                         "directory).")
-    if cfg.trainer.batch_size is not None and cfg.trainer.batch_size <= 0:
-        raise UserError(f"trainer.batch_size must be a positive integer or null, got {cfg.trainer.batch_size}.")
+    for key in ("batch_size", "eval_batch_size"):
+        if cfg.trainer[key] is not None and cfg.trainer[key] <= 0:
+            raise UserError(f"trainer.{key} must be a positive integer or null, got {cfg.trainer[key]}.")
+    if None not in (cfg.trainer.batch_size, cfg.trainer.eval_batch_size) and \
+            cfg.trainer.batch_size != cfg.trainer.eval_batch_size:
+        raise UserError(f"trainer.batch_size={cfg.trainer.batch_size} and trainer.eval_batch_size="
+                        f"{cfg.trainer.eval_batch_size} both set the eval batch size; set one of them.")
 
 
 def _open_checkpoints(run_dir: str) -> Checkpoints:
@@ -140,8 +145,8 @@ def saved_train_config(ckpts: Checkpoints, steps: list, cfg: DictConfig) -> Dict
     train_cfg.parallel, train_cfg.distributed = cfg.parallel, cfg.distributed
     train_cfg.paths.data_dir = cfg.paths.data_dir
     train_cfg.paths.compilation_cache_dir = cfg.paths.compilation_cache_dir
-    if cfg.trainer.batch_size:
-        train_cfg.trainer.eval_batch_size = cfg.trainer.batch_size
+    if cfg.trainer.batch_size or cfg.trainer.eval_batch_size:
+        train_cfg.trainer.eval_batch_size = cfg.trainer.batch_size or cfg.trainer.eval_batch_size
     return train_cfg
 
 
