@@ -478,6 +478,20 @@ def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
         train(make_cfg("debug=smoke", f"trainer.resume={own}", out="d"))
 
 
+def test_resume_from_a_multiruns_directory_names_one_of_its_jobs_checkpoints(make_cfg, tmp_path):
+    """A sweep's job folders (0, 1, ...) look like checkpoint steps: the sweep is named as such, not as a step whose
+    metadata is unreadable."""
+    sweep = tmp_path / "sweep"
+    train(make_cfg("debug=smoke", out="sweep/0"))
+    (sweep / "0" / ".hydra").mkdir()
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(UserError, match=rf"^trainer\.resume={sweep} is a multirun's directory; pass the checkpoints/ "
+                                        rf"of one of its jobs, e.g\. trainer\.resume={sweep / '0' / 'checkpoints'} "
+                                        r"\(its summary\.md ranks them\)\.$"):
+        train(make_cfg("debug=smoke", f"trainer.resume={sweep}", "trainer.max_steps=8", out="b"))
+
+
 @pytest.mark.parametrize("embedded, message", [
     ("true", r"dataset\.tfds_name=no_such_ds is not an embedded dataset \(zoo_diabetes, zoo_digits, "
              r"zoo_synthetic_linear\); set dataset\.embedded=false"),

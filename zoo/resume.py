@@ -8,6 +8,7 @@ from zoo.cli import launch_dir_path, new_run_dir
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
+from zoo.sweeps.jobs import find_job_dirs
 from zoo.targets import check_targets, parameter_defaults
 
 # Settings that change the state's shapes or meaning; a checkpoint taken under others is refused.
@@ -109,6 +110,8 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     elif os.path.isdir(os.path.join(path, "checkpoints")):
         raise UserError(f"trainer.resume={resume} is a run directory; pass its checkpoints: trainer.resume="
                         f"{os.path.join(resume, 'checkpoints')}.")
+    elif os.path.isfile(os.path.join(path, "multirun.yaml")):  # its jobs' folders (0, 1, ...) would pass for steps
+        _refuse_multirun_resume(resume, path)
     else:
         source = Checkpoints(path, read_only=True)
         if not source.steps():
@@ -119,6 +122,15 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     finally:
         if source is not ckpts:  # another run's checkpoints, opened only to read
             source.close()
+
+
+def _refuse_multirun_resume(resume: str, path: str) -> None:
+    """trainer.resume names a multirun's directory (`path`, where it lies), whose jobs each have checkpoints."""
+    jobs = find_job_dirs(path)
+    example = (f", e.g. trainer.resume={os.path.join(resume, os.path.relpath(jobs[0], path), 'checkpoints')} (its "
+               "summary.md ranks them)") if jobs else ""
+    raise UserError(f"trainer.resume={resume} is a multirun's directory; pass the checkpoints/ of one of its "
+                    f"jobs{example}.")
 
 
 def _refuse_empty_resume(resume: str, path: str, own: bool) -> None:
