@@ -274,6 +274,26 @@ def test_predict_without_an_export_or_arguments(tmp_path):
         predict(predict_cfg(f"run_dir={tmp_path}", "input=x.npy", "+ouput=p.csv"))
 
 
+def test_predict_names_the_run_to_pass_for_a_folder_above_or_inside_it(exported_run, tmp_path):
+    """Not 'run export.py run_dir=<that folder>', which refuses it or exports nothing: the folder to pass."""
+    run_dir, _ = exported_run
+    np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 1), np.float32))
+    x = f"input={tmp_path / 'x.npy'}"
+    with pytest.raises(UserError, match=rf"^run_dir={run_dir / 'export'} is a run's export/ folder; pass the run's "
+                                        rf"directory, run_dir={run_dir}\.$"):
+        predict(predict_cfg(f"run_dir={run_dir / 'export'}", x))
+    with pytest.raises(UserError, match=rf"^run_dir={run_dir / 'checkpoints'} is inside a run's checkpoints/; pass "
+                                        rf"the run's directory, run_dir={run_dir}\.$"):
+        predict(predict_cfg(f"run_dir={run_dir / 'checkpoints'}", x))
+    sweep = tmp_path / "sweep"
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(UserError, match=rf"^run_dir={sweep} is a multirun's directory; pass one of its jobs, e\.g\. "
+                                        rf"run_dir={sweep / '0'} \(its summary\.md ranks them\)\.$"):
+        predict(predict_cfg(f"run_dir={sweep}", x))
+
+
 def test_export_checks_targets_first_and_keeps_the_previous_export_on_failure(make_cfg, exported_run, tmp_path,
                                                                                 monkeypatch):
     run_dir = tmp_path / "run"

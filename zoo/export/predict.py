@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import require_dir
+from zoo.cli import require_dir, run_whose_checkpoints_hold
 from zoo.errors import UserError
 from zoo.files import write_text
 
@@ -53,6 +53,8 @@ def load_export(run_dir: str):
     """(exported function, signature) from `<run_dir>/export/`."""
     require_dir(run_dir, "run_dir", "an exported training run")
     directory = os.path.join(run_dir, "export")
+    if not os.path.isdir(directory):
+        _refuse_a_folder_above_or_inside_a_run(run_dir)
     try:
         with open(os.path.join(directory, "signature.json")) as f:
             signature = json.load(f)
@@ -68,6 +70,25 @@ def load_export(run_dir: str):
         raise UserError(f"the export in {directory} runs on {list(exported.platforms)}, not on this "
                         f"{platform}; export it again with platforms=[{platform}].")
     return exported, signature
+
+
+def _refuse_a_folder_above_or_inside_a_run(run_dir: str) -> None:
+    """The run to pass where run_dir is its export/ or checkpoints/ folder, or a multirun's directory: exporting
+    that folder, as the refusal of a run without an export says to, would be refused too."""
+    if os.path.basename(os.path.abspath(run_dir)) == "export" and \
+            os.path.isfile(os.path.join(run_dir, "signature.json")):
+        raise UserError(f"run_dir={run_dir} is a run's export/ folder; pass the run's directory, "
+                        f"run_dir={os.path.dirname(os.path.abspath(run_dir))}.")
+    run = run_whose_checkpoints_hold(run_dir)
+    if run:
+        raise UserError(f"run_dir={run_dir} is inside a run's checkpoints/; pass the run's directory, run_dir={run}.")
+    if os.path.isfile(os.path.join(run_dir, "multirun.yaml")):
+        from zoo.sweeps.jobs import find_job_dirs  # only here: predicting needs only jax and numpy
+
+        jobs = find_job_dirs(run_dir)
+        if jobs:
+            raise UserError(f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. "
+                            f"run_dir={jobs[0]} (its summary.md ranks them).")
 
 
 def _check_signature(exported, signature: dict) -> None:
