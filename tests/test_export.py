@@ -198,11 +198,17 @@ EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one
     ("x.csv", "1,2,3\n4,5,6\n", r"has shape \(2, 3\); the model expects " + EXPECTED),
     ("x.csv", "1," * 63 + "one\n", r"cannot be read as numbers \(.*one.*\); it must hold " + EXPECTED),
     ("x.csv", "", r"holds no examples; the model expects " + EXPECTED),
+    ("x.csv", ",".join(f"p{i}" for i in range(64)) + "\n" + "0," * 63 + "0\n",
+     r"begins with a header line \(p0,p1,p2,p3,p4,p5,p6,p7,p8,p9,p10,p11,p1…\); predict\.py reads examples only, one "
+     r"per line: remove that line \(pandas: to_csv\(\.\.\., header=False\)\)\.$"),
+    ("x.csv", ",".join(map(str, range(64))) + "\n" + "0," * 63 + "0\n",
+     r"begins with the line 0,1,\.\.\.,63: column numbers \(the header pandas' to_csv writes\), not an example; remove "
+     r"that line \(pandas: to_csv\(\.\.\., header=False\)\)\.$"),
     ("x.txt", "1\n", r"must be a \.npy or \.csv file of shape " + EXPECTED),
     ("missing.npy", None, r"does not exist; pass a \.npy or \.csv file of shape " + EXPECTED),
     ("folder.npy", "a directory", r"is not a file; pass a \.npy or \.csv file of shape " + EXPECTED),
 ], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "npy-overflow", "npy-npz", "csv-columns", "csv-text", "csv-empty",
-        "extension", "missing", "directory"])
+        "csv-header-names", "csv-header-numbers", "extension", "missing", "directory"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
                                                                       name, content, message):
     path, output = tmp_path / name, tmp_path / "p.csv"

@@ -106,6 +106,29 @@ def _expected(shape: tuple) -> str:
             f"(a .csv: one example per line, {math.prod(shape)} comma-separated numbers)")
 
 
+def _numbers(line: str):
+    """The comma-separated numbers of one line of a .csv, or None where a field is not one."""
+    try:
+        return [float(field) for field in line.split(",")]
+    except ValueError:
+        return None
+
+
+def _refuse_a_header_line(path: str, width: int) -> None:
+    """A header line is not an example: names are refused as such, not as a string that does not convert, and the
+    column numbers pandas' to_csv writes by default (0,1,...,width-1), which read as numbers, are not predicted."""
+    with open(path, errors="replace") as f:
+        first, second = f.readline().strip(), f.readline().strip()
+    remove = "remove that line (pandas: to_csv(..., header=False))."
+    if first and _numbers(first) is None and second and _numbers(second) is not None:
+        preview = first if len(first) <= 40 else first[:40] + "…"
+        raise UserError(f"input={path} begins with a header line ({preview}); predict.py reads examples only, one "
+                        f"per line: {remove}")
+    if _numbers(first) == list(range(width)) and width > 1:
+        raise UserError(f"input={path} begins with the line 0,1,...,{width - 1}: column numbers (the header pandas' "
+                        f"to_csv writes), not an example; {remove}")
+
+
 def read_input(path: str, shape: tuple) -> np.ndarray:
     """(N, *shape) float32 from a .npy array or a .csv of flattened examples; anything else is refused."""
     kind = os.path.splitext(path)[1].lower()
@@ -121,6 +144,7 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
                 x.close()
                 raise ValueError("it is an .npz archive of several arrays; save one array with np.save")
         else:
+            _refuse_a_header_line(path, math.prod(shape))
             with warnings.catch_warnings():  # an empty file is reported below, by its shape
                 warnings.simplefilter("ignore")
                 x = np.loadtxt(path, delimiter=",", ndmin=2)
