@@ -117,7 +117,7 @@ def _numbers(line: str):
 def _refuse_a_header_line(path: str, width: int) -> None:
     """A header line is not an example: names are refused as such, not as a string that does not convert, and the
     column numbers pandas' to_csv writes by default (0,1,...,width-1), which read as numbers, are not predicted."""
-    with open(path, errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         first, second = f.readline().strip(), f.readline().strip()
     remove = "remove that line (pandas: to_csv(..., header=False))."
     if first and _numbers(first) is None and second and _numbers(second) is not None:
@@ -147,7 +147,8 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
             _refuse_a_header_line(path, math.prod(shape))
             with warnings.catch_warnings():  # an empty file is reported below, by its shape
                 warnings.simplefilter("ignore")
-                x = np.loadtxt(path, delimiter=",", ndmin=2)
+                # utf-8-sig: a byte order mark (Excel's "CSV UTF-8" begins with one) is not part of the first number
+                x = np.loadtxt(path, delimiter=",", ndmin=2, encoding="utf-8-sig")
             if x.ndim == 2 and x.shape[1] == math.prod(shape):
                 x = x.reshape(-1, *shape)
     except (OSError, ValueError) as e:
