@@ -570,3 +570,18 @@ def test_an_exported_dp_model_carries_the_guarantee_of_its_step(make_cfg, tmp_pa
         assert record["steps"] == steps and record["noise_multiplier"] == 1.0
         assert record["epsilon"] == pytest.approx(reference_epsilon(record), rel=1e-9)
     assert record["epsilon"] < results["privacy"]["epsilon"]  # step 2 spent less than the whole run
+
+
+def test_an_exported_best_dp_checkpoint_carries_the_guarantee_of_the_steps_it_was_chosen_among(make_cfg, tmp_path):
+    """The best checkpoint is chosen by comparing it with the later ones, which the later steps' private batches
+    shaped: the model released is then no more private than the whole run."""
+    from zoo.export.artifact import export
+
+    results = train(make_cfg("debug=smoke", *DP, "optimizer.learning_rate=0.3", "trainer.eval_every=2",
+                             "trainer.checkpoint_every=2", "trainer.early_stopping.patience=5"))
+    assert results["early_stopping"]["best_checkpoint_step"] == 2 and results["privacy"]["steps"] == 6
+    for checkpoint in ("final", "best"):
+        exported = export(make_cfg(f"run_dir={tmp_path / 'run'}", f"checkpoint={checkpoint}", config_name="export"))
+        record = exported["signature"]["privacy"]
+        assert exported["step"] == 2 and record["steps"] == 6 and record["exported_step"] == 2
+        assert record["epsilon"] == results["privacy"]["epsilon"]

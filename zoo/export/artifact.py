@@ -82,14 +82,20 @@ def _metric_units(data) -> dict:
                           "none", "target_std": std.tolist()}
 
 
-def _privacy_at(run_dir: str, step: int) -> dict:
+def _privacy_at(run_dir: str, step: int, chosen_by_metric: bool) -> dict:
     """A DP run's guarantee for the exported step: its results.json's record (the noise it solved, the sampling
-    rate, the accountant), with epsilon computed for that step; a run without results.json says where it is."""
+    rate, the accountant), with epsilon computed for that step; a run without results.json says where it is.
+    A step chosen as the best by its eval metrics was compared with every later one, which the later steps'
+    batches shaped: its release is a function of the whole run, so it carries the whole run's epsilon."""
     from zoo.privacy import accountant
 
     record = (load_json(os.path.join(run_dir, "results.json")) or {}).get("privacy")
     if record is None:
         return {"note": "the run has no results.json; metrics.jsonl's train records carry the epsilon spent"}
+    if chosen_by_metric and step < record["steps"]:
+        return {**record, "exported_step": step,
+                "note": f"step {step} was chosen as the best of the run's checkpoints by their eval metrics, which the "
+                        f"steps after it shaped: epsilon is that of the run's {record['steps']} steps"}
     eps = accountant.epsilon(record["q"], record["noise_multiplier"], step, record["accountant_delta"],
                              record["accountant"])
     return {**record, "steps": step, "epsilon": eps if np.isfinite(eps) else None}
@@ -128,7 +134,10 @@ def export(cfg: DictConfig) -> dict:
     test_metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, *run.eval_sets["test"])
     signature = signature_of(exported, run.data, step, test_metrics, meta["config"])
     if meta["config"].get("privacy", {}).get("mode") == "dpsgd":
-        signature["privacy"] = _privacy_at(cfg.run_dir, step)
+        early_stopping = meta["config"]["trainer"].get("early_stopping") or {}
+        # `final` is the best checkpoint with early stopping (zoo.evaluate._pick_steps)
+        best = cfg.checkpoint == "best" or (cfg.checkpoint == "final" and early_stopping.get("patience") is not None)
+        signature["privacy"] = _privacy_at(cfg.run_dir, step, chosen_by_metric=best)
     out_dir = os.path.join(cfg.run_dir, "export")
     if is_primary():  # with distributed=explicit|auto every process computes the metrics; one writes
         write_directory(out_dir, {"model.jax": bytes(exported.serialize()),
