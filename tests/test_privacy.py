@@ -585,3 +585,11 @@ def test_an_exported_best_dp_checkpoint_carries_the_guarantee_of_the_steps_it_wa
         record = exported["signature"]["privacy"]
         assert exported["step"] == 2 and record["steps"] == 6 and record["exported_step"] == 2
         assert record["epsilon"] == results["privacy"]["epsilon"]
+
+
+def test_the_plan_line_shows_a_small_epsilon_as_spent_not_as_zero(make_cfg, caplog):
+    """A strict target (1e-4) is met: the line says so in figures that show it, not 'epsilon 0.000'."""
+    caplog.set_level("INFO", logger="zoo")
+    results = train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.target_epsilon=1e-4"))
+    assert 0 < results["privacy"]["epsilon"] <= 1e-4
+    assert f"epsilon {results['privacy']['epsilon']:.4g} at delta" in caplog.text and "epsilon 0.000 " not in caplog.text

@@ -117,7 +117,7 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
         log.warning("privacy.target_epsilon=%s is reached after %d of the %d planned steps with "
                     "privacy.noise_multiplier=%s: training stops at step %d.", p.target_epsilon, total_steps,
                     planned_steps, sigma, total_steps)
-    summary = (f"DP-SGD: q={q:.4g}, noise multiplier {sigma:.4g}, l2 clip {p.l2_clip}, epsilon {eps:.3f} at delta "
+    summary = (f"DP-SGD: q={q:.4g}, noise multiplier {sigma:.4g}, l2 clip {p.l2_clip}, epsilon {eps:.4g} at delta "
                f"{delta:.3g} after {total_steps} steps; batches of {rows} rows (expected {batch_size} examples)")
     return PrivacyPlan(q, float(sigma), float(p.l2_clip), delta, accountant_delta, overflow, rows, total_steps,
                        planned_steps, p.target_epsilon, p.accountant,
