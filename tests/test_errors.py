@@ -134,8 +134,11 @@ BAD_VALUES = [
     ("schedule=warmup_cosine schedule.warmup_steps=-5", r"schedule\.warmup_steps must be an integer >= 0, got -5\."),
     ("seed=-1", r"seed must be an integer in \[0, 2\*\*32\), got seed=-1\."),
     ("trainer.early_stopping.patience=1 trainer.eval_every=7",
-     r"trainer\.early_stopping needs periodic evals, and trainer\.eval_every=7 is longer than the run's 6 steps; "
-     r"lower trainer\.eval_every\."),
+     r"trainer\.early_stopping needs periodic evals before the run's end, and trainer\.eval_every=7 gives none in the "
+     r"run's 6 steps \(the eval at step 6 is the final one, which it does not count\); lower trainer\.eval_every\."),
+    ("trainer.early_stopping.patience=1 trainer.eval_every=6",  # the only eval due is the final one
+     r"trainer\.early_stopping needs periodic evals before the run's end, and trainer\.eval_every=6 gives none in the "
+     r"run's 6 steps \(the eval at step 6 is the final one, which it does not count\); lower trainer\.eval_every\."),
     ("seed=4294967296", r"seed must be an integer in \[0, 2\*\*32\), got seed=4294967296\."),
     ("model=cnn model.batch_norm=flase", r"model\.batch_norm must be true or false, got 'flase'\."),
     ("optimizer=sgd optimizer.nesterov=maybe", r"optimizer\.nesterov must be true or false, got 'maybe'\."),

@@ -17,12 +17,14 @@ from zoo.targets import safe_instantiate, target_parameters
 
 def check_run_length(cfg, total_steps: int, steps_per_epoch: int) -> None:
     """Accumulation must end on an update: trailing micro-batches would be averaged and never applied. Early
-    stopping needs periodic evals, or it could neither stop the run nor choose a best checkpoint (a patience of
-    more evals than the run has is fine: it reports the best checkpoint without stopping)."""
+    stopping needs periodic evals before the run's end, or it could neither stop the run nor choose a best
+    checkpoint: the eval due at the last step is the final one, which it does not count (a patience of more evals
+    than the run has is fine: it reports the best checkpoint without stopping)."""
     every = cfg.trainer.eval_every
-    if cfg.trainer.early_stopping.patience is not None and every > total_steps:
-        raise UserError(f"trainer.early_stopping needs periodic evals, and trainer.eval_every={every} is longer "
-                        f"than the run's {total_steps} steps; lower trainer.eval_every.")
+    if cfg.trainer.early_stopping.patience is not None and every >= total_steps:
+        raise UserError(f"trainer.early_stopping needs periodic evals before the run's end, and trainer.eval_every="
+                        f"{every} gives none in the run's {total_steps} steps (the eval at step {total_steps} is the "
+                        "final one, which it does not count); lower trainer.eval_every.")
     n = cfg.trainer.accumulate
     if total_steps % n:
         raise UserError(f"trainer.accumulate={n} does not divide the run's {total_steps} steps, so its last "
