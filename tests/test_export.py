@@ -155,6 +155,10 @@ def test_predict_reads_npy_and_csv_and_writes_stdout_or_a_file(exported_run, tmp
     probabilities = load_exported(run_dir).call(x)["probabilities"]
     assert [int(r[0]) for r in rows[1:]] == list(np.argmax(probabilities, -1))
     np.testing.assert_allclose(np.array(rows[1:], float)[:, 1:], probabilities, rtol=1e-6)
+    # a comment is no header: np.loadtxt skips it
+    (tmp_path / "commented.csv").write_text("# five digits\n" + (tmp_path / "x.csv").read_text())
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'commented.csv'}", "batch_size=3"))
+    assert capsys.readouterr().out == printed
     # Excel's "CSV UTF-8" begins the file with a byte order mark
     (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "x.csv").read_bytes())
     predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'bom.csv'}", "batch_size=3"))

@@ -2,6 +2,7 @@
 
 Needs only jax and numpy, as a service serving the artifact would. Everything is computed before anything
 is written: a refused input or a failed batch leaves no partial output."""
+import itertools
 import json
 import math
 import os
@@ -117,8 +118,9 @@ def _numbers(line: str):
 def _refuse_a_header_line(path: str, width: int) -> None:
     """A header line is not an example: names are refused as such, not as a string that does not convert, and the
     column numbers pandas' to_csv writes by default (0,1,...,width-1), which read as numbers, are not predicted."""
-    with open(path, encoding="utf-8-sig", errors="replace") as f:
-        first, second = f.readline().strip(), f.readline().strip()
+    with open(path, encoding="utf-8-sig", errors="replace") as f:  # the lines np.loadtxt reads: no comment, none blank
+        lines = (line.split("#", 1)[0].strip() for line in f)
+        first, second = (list(itertools.islice((line for line in lines if line), 2)) + ["", ""])[:2]
     remove = "remove that line (pandas: to_csv(..., header=False))."
     if first and _numbers(first) is None and second and _numbers(second) is not None:
         preview = first if len(first) <= 40 else first[:40] + "…"
