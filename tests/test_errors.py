@@ -751,6 +751,11 @@ def test_eval_of_a_folder_inside_or_above_a_run_names_the_run(make_cfg, trained,
         with pytest.raises(UserError, match=rf"run_dir={inside} is inside a run's checkpoints/; pass the run's "
                                             rf"directory, run_dir={trained}\."):
             evaluate(eval_cfg(make_cfg, inside))
+    for folder in ("export", "eval", ".hydra"):  # not "train it": the run beside it is trained
+        (trained / folder).mkdir(exist_ok=True)
+        with pytest.raises(UserError, match=rf"^run_dir={trained / folder} is a folder inside a run; pass the run's "
+                                            rf"directory, run_dir={trained}\.$"):
+            evaluate(eval_cfg(make_cfg, trained / folder))
     sweep = tmp_path / "sweep"  # a multirun's root: multirun.yaml beside numbered jobs
     (sweep / "0" / ".hydra").mkdir(parents=True)
     (sweep / "0" / ".hydra" / "overrides.yaml").write_text("[]")

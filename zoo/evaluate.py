@@ -86,6 +86,9 @@ def _not_a_run(run_dir: str):
     run = run_whose_checkpoints_hold(run_dir)  # checkpoints/ itself, or one of its steps
     if run:
         return f"run_dir={run_dir} is inside a run's checkpoints/; pass the run's directory, run_dir={run}."
+    parent = os.path.dirname(os.path.abspath(run_dir))  # one of the run's own folders: export/, eval/, .hydra/
+    if run_whose_checkpoints_hold(os.path.join(parent, "checkpoints")) == parent:
+        return f"run_dir={run_dir} is a folder inside a run; pass the run's directory, run_dir={parent}."
     jobs = find_job_dirs(run_dir) if os.path.isfile(os.path.join(run_dir, "multirun.yaml")) else []
     if jobs:
         return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "
