@@ -299,6 +299,10 @@ def test_predict_names_the_run_to_pass_for_a_folder_above_or_inside_it(exported_
     with pytest.raises(UserError, match=rf"^run_dir={run_dir / 'checkpoints'} is inside a run's checkpoints/; pass "
                                         rf"the run's directory, run_dir={run_dir}\.$"):
         predict(predict_cfg(f"run_dir={run_dir / 'checkpoints'}", x))
+    (run_dir / "eval").mkdir(exist_ok=True)
+    with pytest.raises(UserError, match=rf"^run_dir={run_dir / 'eval'} is a folder inside a run; pass the run's "
+                                        rf"directory, run_dir={run_dir}\.$"):
+        predict(predict_cfg(f"run_dir={run_dir / 'eval'}", x))
     sweep = tmp_path / "sweep"
     (sweep / "0" / ".hydra").mkdir(parents=True)
     (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- seed=0\n")

@@ -83,6 +83,9 @@ def _refuse_a_folder_above_or_inside_a_run(run_dir: str) -> None:
     run = run_whose_checkpoints_hold(run_dir)
     if run:
         raise UserError(f"run_dir={run_dir} is inside a run's checkpoints/; pass the run's directory, run_dir={run}.")
+    parent = os.path.dirname(os.path.abspath(run_dir))  # another of the run's own folders: eval/, .hydra/
+    if run_whose_checkpoints_hold(os.path.join(parent, "checkpoints")) == parent:
+        raise UserError(f"run_dir={run_dir} is a folder inside a run; pass the run's directory, run_dir={parent}.")
     if os.path.isfile(os.path.join(run_dir, "multirun.yaml")):
         from zoo.sweeps.jobs import find_job_dirs  # only here: predicting needs only jax and numpy
 
