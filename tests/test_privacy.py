@@ -364,7 +364,10 @@ def test_a_step_whose_poisson_sample_is_empty_still_runs(make_cfg, tmp_path):
 
 
 @pytest.mark.parametrize("mode", [["parallel.mode=pmap", "parallel.cpu_devices=2"],
-                                  ["parallel.mode=sharded", "parallel.cpu_devices=2"]], ids=["pmap", "sharded"])
+                                  ["parallel.mode=sharded", "parallel.cpu_devices=2"],
+                                  # the expected batch of 16 need not split over 3 devices: the padded rows do
+                                  ["parallel.mode=sharded", "parallel.cpu_devices=3"]],
+                         ids=["pmap", "sharded", "sharded-3-devices"])
 def test_parallel_modes_equal_one_device(make_cfg, mode):
     common = ["debug=smoke", *DP, "optimizer=sgd", "optimizer.learning_rate=0.1"]
     single = train(make_cfg(*common, out="single"))

@@ -129,7 +129,7 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     validate(cfg, new_run=for_training)
     mode = make_mode(cfg.parallel, select_devices(cfg.parallel, cfg.distributed))  # before any JAX work
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
-    if for_training:
+    if for_training and cfg.privacy.mode != "dpsgd":
         check_batch_divides(cfg.trainer.batch_size, mode.num_devices)
     data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
     task = TASKS[data.task]
