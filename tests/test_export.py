@@ -20,7 +20,7 @@ from zoo.ema import with_averaged_params
 from zoo.errors import UserError
 from zoo.evaluate import evaluate
 from zoo.export.artifact import export, write_directory
-from zoo.export.predict import load_export, predict
+from zoo.export.predict import _refuse_a_header_line, load_export, predict
 from zoo.train import build, build_model, train
 
 
@@ -404,3 +404,14 @@ def test_a_swap_that_fails_after_moving_the_previous_export_aside_puts_it_back(t
     monkeypatch.undo()
     assert (final / "model.jax").read_bytes() == b"old"
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".export")]
+
+
+def test_a_narrow_first_example_that_counts_up_is_data_not_a_header(tmp_path):
+    """0,1 may well be an example of two features; only a wide run of column numbers reads as pandas' header."""
+    path = tmp_path / "narrow.csv"
+    path.write_text("0,1\n2,3\n")
+    _refuse_a_header_line(str(path), 2)  # nothing refused
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(map(str, range(8))) + "\n" + ",".join(["1"] * 8) + "\n")
+    with pytest.raises(UserError, match="column numbers"):
+        _refuse_a_header_line(str(wide), 8)

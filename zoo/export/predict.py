@@ -129,7 +129,9 @@ def _refuse_a_header_line(path: str, width: int) -> None:
         preview = first if len(first) <= 40 else first[:40] + "…"
         raise UserError(f"input={path} begins with a header line ({preview}); predict.py reads examples only, one "
                         f"per line: {remove}")
-    if _numbers(first) == list(range(width)) and width > 1:
+    # only for wide examples: a narrow one (0,1 or 0,1,2) may well be data, while 8 and more consecutive column
+    # numbers are not an example anyone means to predict
+    if width >= 8 and _numbers(first) == list(range(width)):
         raise UserError(f"input={path} begins with the line 0,1,...,{width - 1}: column numbers (the header pandas' "
                         f"to_csv writes), not an example; {remove}")
 
