@@ -125,6 +125,19 @@ def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, t
                                                     jax.tree.leaves(results["state"].params)))  # the best, again
 
 
+def test_early_stopping_reports_the_final_state_as_its_best_when_it_beats_every_eval(make_cfg, tmp_path):
+    """A run patience never stopped: its final state competes with its periodic evals for the best checkpoint; when
+    it wins, early stopping's best and best_step are its, not the last periodic eval's."""
+    results = train(make_cfg(*SGD, "trainer.max_steps=6", "trainer.eval_every=2", "trainer.log_every=1",
+                             "checkpoint.metric=loss", "trainer.early_stopping.patience=5"))
+    stopping = results["early_stopping"]
+    assert stopping["stopped_step"] is None and stopping["best_checkpoint_step"] == 6  # the loss falls to the end
+    assert (stopping["best_step"], stopping["best"], stopping["bad_evals"]) == (6, results["test"]["loss"], 0)
+    periodic = [r["loss"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")
+                if r["split"] == "test" and not r.get("final")]
+    assert results["test"]["loss"] < min(periodic)
+
+
 def test_early_stopping_patience_survives_preemption(make_cfg, monkeypatch):
     whole = train(make_cfg(*STOPPING, out="whole"))
     with monkeypatch.context() as patch:

@@ -64,7 +64,10 @@ class RunOutputs:
         if self.early.stopped_step is None:
             self.save(self.total_steps, host_state, self.zero_sums, periodic_metrics)
         best_step, host_state = restore_best(self.ckpts, self.target)
-        self.results["early_stopping"] = {**self.early.state_dict(), "best_checkpoint_step": best_step}
+        stopping = self.early.state_dict()
+        if best_step == self.total_steps and self.early.stopped_step is None:  # the final state won: it is the best
+            stopping.update(best=periodic_metrics[self.early.metric], best_step=best_step, bad_evals=0)
+        self.results["early_stopping"] = {**stopping, "best_checkpoint_step": best_step}
         return host_state
 
     def log_final(self, step: int, split_metrics: dict) -> None:
