@@ -380,7 +380,8 @@ def test_corrupt_latest_falls_back_only_for_latest(make_cfg, tmp_path, caplog):
             blob.write_bytes(b"truncated")
     result = evaluate(eval_cfg(make_cfg, run_dir))
     assert result["step"] == 4 and "Falling back" in caplog.text
-    with pytest.raises(UserError, match=r"checkpoint step 6 .* cannot be restored"):
+    with pytest.raises(UserError, match=r"checkpoint step 6 .* cannot be restored .*; choose another with "
+                                         r"checkpoint=latest or one of the steps \[2, 4\]\.$"):
         evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=6"))
 
 

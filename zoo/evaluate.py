@@ -4,7 +4,7 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.checkpoint import Checkpoints, restore_latest_good
+from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
 from zoo.cli import launch_dir_path, require_dir, run_whose_checkpoints_hold, unwritable_reason
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
@@ -94,6 +94,15 @@ def _not_a_run(run_dir: str):
         return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "
                 "(its summary.md ranks them).")
     return None
+
+
+def _naming_the_other_steps(error: UserError, ckpts: Checkpoints, candidates) -> UserError:
+    """A chosen step (checkpoint=best, final with early stopping, or a step) that does not restore: only `latest`
+    falls back on its own, so the refusal names the steps left to choose from."""
+    others = [s for s in ckpts.steps() if s not in (candidates or [])]
+    if not candidates or len(candidates) > 1 or not others or isinstance(error, StateMismatch):
+        return error
+    return UserError(f"{str(error).rstrip('.')}; choose another with checkpoint=latest or one of the steps {others}.")
 
 
 def _pick_steps(ckpts: Checkpoints, which, cfg: DictConfig) -> list:
@@ -191,10 +200,10 @@ def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
             step, tree, meta = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
                                                    candidates, hint="train the run again or pass another run_dir.")
             return run, step, tree["state"], meta
-        except UserError:
+        except UserError as e:
             gone = set(listed if candidates is None else candidates) - set(ckpts.reload())
             if not gone or (candidates is None and attempt == READS_OF_A_TRAINING_RUN - 1):
-                raise  # damaged, not replaced; or a choice that is not in the run
+                raise _naming_the_other_steps(e, ckpts, candidates) from None  # damaged, not replaced; or not in it
             if attempt == READS_OF_A_TRAINING_RUN - 1:  # what failed to read was replaced, not damaged
                 raise UserError(f"run_dir={cfg.run_dir} is still training and replaced checkpoint step(s) "
                                 f"{sorted(gone)} while they were read, {READS_OF_A_TRAINING_RUN} times in a row; run "
