@@ -48,7 +48,10 @@ def _prepare_embedded(cfg, data_dir: str):
                         "dataset.embedded=false to read a TFDS catalog dataset.")
     builder = _open_embedded(cfg, data_dir)
     if not builder.is_prepared():
-        _refuse_an_empty_split(cfg, builder)
+        try:  # makes the examples, all in memory, before anything is written
+            _refuse_an_empty_split(cfg, builder)
+        except MemoryError:
+            raise _too_big(cfg) from None
     try:
         os.makedirs(data_dir, exist_ok=True)
         builder.download_and_prepare(file_format="array_record")
@@ -58,12 +61,23 @@ def _prepare_embedded(cfg, data_dir: str):
             return prepared_meanwhile
         raise UserError(f"paths.data_dir={data_dir} is not writable ({e.strerror or e}); set paths.data_dir "
                         "to a directory you can write.") from None
+    except MemoryError:  # TFDS's writer keeps an unfinished preparation in a directory no run reads
+        raise _too_big(cfg) from None
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while preparing dataset={cfg.name} in paths.data_dir={data_dir}; nothing "
                           "half-written was kept and the next run prepares it again.") from None
     if not builder.info.splits:  # a parallel job prepared it after this builder looked: TFDS reused that copy
         return _open_embedded(cfg, data_dir)  # without reading its description, which opening it again does
     return builder
+
+
+def _too_big(cfg) -> UserError:
+    if cfg.tfds_name != "zoo_synthetic_linear":
+        return UserError(f"dataset={cfg.name} does not fit in this machine's memory; free some memory and run again.")
+    gib = cfg.num_examples * cfg.num_features * 8 / 2**30  # generated as float64 before the float32 copy
+    return UserError(f"dataset={cfg.name} does not fit in memory (dataset.num_examples={cfg.num_examples} x "
+                     f"dataset.num_features={cfg.num_features} inputs are generated as {gib:.3g} GiB of float64); "
+                     "lower dataset.num_examples or dataset.num_features.")
 
 
 def _open_embedded(cfg, data_dir: str):
