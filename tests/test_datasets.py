@@ -310,3 +310,14 @@ def test_synthetic_linear_too_big_for_memory_is_one_sentence_and_writes_nothing(
                                         rf"{10**14}.*; lower dataset\.num_examples or dataset\.num_features\.$"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("noise", ["inf", "1e39"])
+def test_synthetic_linear_noise_beyond_float32_is_refused_before_anything_is_written(make_cfg, tmp_path, noise):
+    # it was prepared, then refused as "not finite float rows for regression; ... pick a regression dataset"
+    cfg = make_cfg("dataset=synthetic_linear", f"dataset.noise={noise}", f"paths.data_dir={tmp_path / 'data'}")
+    with pytest.raises(UserError, match=re.escape(f"dataset.noise={cfg.dataset.noise} makes targets of "
+                                                  "dataset=synthetic_linear that float32 cannot hold (inf); lower "
+                                                  "dataset.noise.")):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+    assert not (tmp_path / "data").exists()

@@ -106,7 +106,8 @@ class ZooSyntheticLinear(_ArrayBuilder):
         rng = np.random.default_rng([SPLIT_SEED, 2])
         x = rng.normal(size=(self.num_examples, self.num_features)).astype(np.float32)
         noise = self.noise * rng.normal(size=(self.num_examples, 1))
-        return x, (x @ w + b + noise).astype(np.float32)
+        with np.errstate(over="ignore"):  # a noise beyond float32 gives inf, refused with a sentence that names it
+            return x, (x @ w + b + noise).astype(np.float32)
 
 
 BUILDERS = {"zoo_digits": ZooDigits, "zoo_diabetes": ZooDiabetes, "zoo_synthetic_linear": ZooSyntheticLinear}

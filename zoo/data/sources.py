@@ -52,6 +52,7 @@ def _prepare_embedded(cfg, data_dir: str):
             _refuse_an_empty_split(cfg, builder)
         except MemoryError:
             raise _too_big(cfg) from None
+        _refuse_targets_beyond_float32(cfg, builder)
     try:
         os.makedirs(data_dir, exist_ok=True)
         builder.download_and_prepare(file_format="array_record")
@@ -96,6 +97,13 @@ def _refuse_an_empty_split(cfg, builder) -> None:
         raise UserError(f"dataset.test_fraction={cfg.test_fraction} leaves the {empty[0]} split of "
                         f"dataset={cfg.name} ({sum(sizes.values())} examples) empty; change dataset.test_fraction"
                         f"{generated} so that each split keeps at least one example.")
+
+
+def _refuse_targets_beyond_float32(cfg, builder) -> None:
+    """A noise too large for float32 makes inf targets, which the data contract would blame on the task."""
+    if cfg.tfds_name == "zoo_synthetic_linear" and not np.isfinite(builder.examples[1]).all():
+        raise UserError(f"dataset.noise={cfg.noise} makes targets of dataset={cfg.name} that float32 cannot hold "
+                        "(inf); lower dataset.noise.")
 
 
 def _network_reachable(timeout: float = 5.0) -> bool:
