@@ -321,3 +321,12 @@ def test_synthetic_linear_noise_beyond_float32_is_refused_before_anything_is_wri
                                                   "dataset.noise.")):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
     assert not (tmp_path / "data").exists()
+
+
+def test_a_catalog_dataset_without_image_and_label_is_named_so_not_damaged(make_cfg, tmp_path):
+    # it was "damaged ('image'); delete that directory", which deletes a good prepared copy for nothing
+    cfg = make_cfg("dataset=mnist", "dataset.tfds_name=imdb_reviews", "dataset.num_classes=2")
+    with tfds.testing.mock_data(num_examples=4):
+        with pytest.raises(UserError, match=r"^dataset=mnist \(dataset\.tfds_name=imdb_reviews\) has the features "
+                                            r"\['label', 'text'\], not the 'image' and 'label' .*mnist"):
+            load_dataset(cfg.dataset, cfg.paths.data_dir)

@@ -239,6 +239,15 @@ def _decode(source, x_key: str, y_key: str, batch: int = 8192):
     return np.stack([e[x_key] for e in examples]), np.stack([e[y_key] for e in examples])
 
 
+def _refuse_other_features(cfg, info, keys) -> None:
+    """A catalog dataset that is not an image classification set lacks the features read: that is no damage."""
+    names = sorted(info.features.keys()) if info.features is not None else None
+    if names is not None and not set(keys) <= set(names):
+        raise UserError(f"{_catalog_name(cfg)} has the features {names}, not the {keys[0]!r} and {keys[1]!r} the zoo "
+                        "reads from a catalog dataset; pick an image classification dataset (e.g. mnist, "
+                        "fashion_mnist, cifar10).")
+
+
 def _read_arrays(sources, keys, expected) -> dict:
     """From the decoded copy beside the prepared dataset when it matches it; else decode the records, check
     the counts and keep a copy for the next run."""
@@ -272,6 +281,8 @@ def read_splits(cfg, data_dir: str) -> dict:
         where, keys, expected = os.path.join(data_dir, _prepared_dir(cfg.tfds_name)), ("image", "label"), None
     try:  # a truncated or deleted record file fails here, on open or on the first bad record
         sources = builder.as_data_source(split=list(SPLITS)) if cfg.embedded else _open_catalog(cfg, data_dir)
+        if not cfg.embedded:
+            _refuse_other_features(cfg, sources[0].dataset_info, keys)
         arrays = _read_arrays(sources, keys, expected)
     except UserError:
         raise
