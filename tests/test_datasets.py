@@ -302,12 +302,14 @@ def test_an_http_only_proxy_is_not_the_one_https_downloads_take(monkeypatch):
     assert sources._network_reachable()
 
 
+@pytest.mark.parametrize("value", [10**14, 10**20], ids=["no-memory", "no-numpy-array"])
 @pytest.mark.parametrize("setting", ["num_examples", "num_features"])
-def test_synthetic_linear_too_big_for_memory_is_one_sentence_and_writes_nothing(make_cfg, tmp_path, setting):
-    # 10**14 rows or columns of float64 is beyond any address space: numpy's MemoryError, never an OOM kill
-    cfg = make_cfg("dataset=synthetic_linear", f"dataset.{setting}={10**14}", f"paths.data_dir={tmp_path / 'data'}")
+def test_synthetic_linear_too_big_for_memory_is_one_sentence_and_writes_nothing(make_cfg, tmp_path, setting, value):
+    # 10**14 rows or columns of float64 is beyond any address space: numpy's MemoryError, never an OOM kill;
+    # 10**20 is beyond what numpy can even describe (ValueError)
+    cfg = make_cfg("dataset=synthetic_linear", f"dataset.{setting}={value}", f"paths.data_dir={tmp_path / 'data'}")
     with pytest.raises(UserError, match=rf"dataset=synthetic_linear does not fit in memory .*dataset\.{setting}="
-                                        rf"{10**14}.*; lower dataset\.num_examples or dataset\.num_features\.$"):
+                                        rf"{value}.*; lower dataset\.num_examples or dataset\.num_features\.$"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
     assert not (tmp_path / "data").exists()
 

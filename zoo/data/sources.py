@@ -46,6 +46,8 @@ def _prepare_embedded(cfg, data_dir: str):
         names = ", ".join(sorted(BUILDERS))
         raise UserError(f"dataset.tfds_name={cfg.tfds_name} is not an embedded dataset ({names}); set "
                         "dataset.embedded=false to read a TFDS catalog dataset.")
+    if cfg.tfds_name == "zoo_synthetic_linear" and cfg.num_examples * cfg.num_features > np.iinfo(np.intp).max // 8:
+        raise _too_big(cfg)  # numpy could not even describe the array (ValueError), let alone allocate it
     builder = _open_embedded(cfg, data_dir)
     if not builder.is_prepared():
         try:  # makes the examples, all in memory, before anything is written
