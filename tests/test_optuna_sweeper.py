@@ -318,6 +318,29 @@ def test_a_sweep_dir_of_a_study_kept_in_memory_is_refused_before_any_trial(tmp_p
     assert len(launcher.calls) == 2
 
 
+def test_a_sweep_dir_of_a_stored_study_without_a_name_is_refused_before_any_trial(tmp_path, runs_jobs_here):
+    """Optuna names a study created without study_name anew each time: a rerun would open another study in the
+    same storage, whose trials repeated the first one's suggestions into the directories of its numbers."""
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    launcher = RecordingLauncher()
+
+    def sweep():
+        s = make_sweep(tmp_path, launcher, storage=storage, study_name=None, n_trials=1)
+        s.config.hydra.sweep.subdir = "${hydra.job.num}"
+        return s
+
+    first = sweep().sweep([])
+    save_job_dir(tmp_path, "0", 0, None, results={"objective": 0.5})
+    with pytest.raises(UserError, match=rf"^hydra\.sweep\.dir={tmp_path} holds the trials of an earlier study, and "
+                                        r"hydra\.sweeper\.study_name=null names each command's study anew, so this "
+                                        r"one would not continue it; set hydra\.sweeper\.study_name="
+                                        rf"{first.study_name} to continue it \(the studies in {re.escape(storage)}: "
+                                        rf"{first.study_name}\), or choose a new hydra\.sweep\.dir\.$"):
+        sweep().sweep([])
+    assert len(launcher.calls) == 1
+    assert optuna.get_all_study_names(storage) == [first.study_name]  # no second study opened
+
+
 def test_a_pruner_without_periodic_evals_is_refused_before_any_trial(tmp_path, runs_jobs_here):
     launcher = RecordingLauncher()
     sweep = make_sweep(tmp_path, launcher, pruner=OmegaConf.structured(MedianPrunerConfig()), n_trials=2)

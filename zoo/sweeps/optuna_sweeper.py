@@ -235,6 +235,19 @@ class OptunaSweep:
                             "(hydra.sweeper.storage=null), which no command can continue; choose a new "
                             "hydra.sweep.dir (with hydra.sweeper.storage=sqlite:///${hydra.sweep.dir}/optuna.db, "
                             "the same command continues its study).")
+        if self.storage is not None and self.study_name is None and find_job_dirs(sweep_dir):
+            import optuna  # Optuna names a study created without a name anew each time: a rerun would not continue
+
+            try:
+                names = optuna.get_all_study_names(storage=str(self.storage))
+            except Exception:  # noqa: BLE001 — a storage that cannot be opened is refused with its own sentence
+                return
+            if names:
+                name = names[-1] if len(names) == 1 else "<one of them>"
+                raise UserError(f"hydra.sweep.dir={sweep_dir} holds the trials of an earlier study, and "
+                                "hydra.sweeper.study_name=null names each command's study anew, so this one would not "
+                                f"continue it; set hydra.sweeper.study_name={name} to continue it (the studies in "
+                                f"{self.storage}: {', '.join(names)}), or choose a new hydra.sweep.dir.")
 
     def _check_prunable(self, space) -> None:
         """What fails every pruned trial alike, refused once before the study opens (each trial checks again)."""
