@@ -320,6 +320,22 @@ def test_report_refuses_jobs_of_different_objectives(tmp_path, capsys):
     assert report.main([str(tmp_path / "a")]) == 0  # one sweep's jobs alone
 
 
+def test_report_on_one_sweep_of_different_objectives_does_not_ask_for_one_sweeps_directory(tmp_path, capsys):
+    """A grid over datasets of a classification and a regression task: its directory is one sweep's, which the
+    refusal asked for."""
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    for job, metric in (("0", "test/accuracy"), ("1", "test/loss")):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra" / "overrides.yaml").write_text("[]")
+        (tmp_path / job / ".hydra" / "config.yaml").write_text(f"optimized_metric: {metric}\n")
+        (tmp_path / job / ".hydra" / "hydra.yaml").write_text("hydra: {}\n")
+    assert report.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: the jobs of the sweep {tmp_path} optimised different objectives, "
+                                       f"test/accuracy ({tmp_path}/0) and test/loss ({tmp_path}/1), which one summary "
+                                       "cannot rank; a sweep whose optimized_metric names one metric every job reports "
+                                       "gets one.\n")
+
+
 def test_a_sweep_dir_above_other_sweeps_is_refused(tmp_path, capsys):
     """hydra.sweep.dir=multirun (the folder of the dated sweeps): its summary ranked their jobs with its own and
     named one of theirs the best."""

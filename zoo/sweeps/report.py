@@ -266,6 +266,11 @@ def main(argv=None) -> int:
         return 2
     try:
         mixed = mixed_objectives(jobs)
+        if mixed and os.path.isfile(os.path.join(args[0], "multirun.yaml")):  # one sweep's: no other to pass
+            print(f"error: the jobs of the sweep {args[0]} optimised different objectives, {mixed}, which one summary "
+                  "cannot rank; a sweep whose optimized_metric names one metric every job reports gets one.",
+                  file=sys.stderr)
+            return 2
         if mixed:
             print(f"error: the jobs under {args[0]} optimised different objectives, {mixed}; pass one sweep's "
                   "directory.", file=sys.stderr)
