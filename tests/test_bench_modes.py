@@ -1,6 +1,8 @@
 """The per-mode benchmark runs every row (it asserts no speed: these are simulated devices)."""
 import json
 
+import pytest
+
 from zoo.bench.modes import main
 
 
@@ -13,3 +15,14 @@ def test_bench_modes_quick_has_every_row(tmp_path, data_dir, monkeypatch):
     for row in result["modes"].values():
         assert row["compile_s"] > 0 and row["steps_per_s"] > 0
     assert len(result["checkpointing"]) == 2
+
+
+def test_bench_modes_refuses_devices_that_do_not_split_its_batch(tmp_path, capsys):
+    out = tmp_path / "bench_modes.json"
+    for devices in ("3", "0"):
+        with pytest.raises(SystemExit) as e:
+            main(["--quick", "--devices", devices, "--out", str(out)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--devices {devices}" in err and "1, 2, 4, 8, 16, 32 or 64" in err and "Traceback" not in err
+    assert not out.exists()

@@ -12,6 +12,8 @@ import os
 import tempfile
 import time
 
+BATCH = 64  # every mode's global batch: --devices must divide it
+
 
 def _compose(overrides):
     from hydra import compose, initialize_config_dir
@@ -73,6 +75,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that every row runs")
     parser.add_argument("--out", default="bench_modes.json")
     args = parser.parse_args(argv)
+    divisors = [d for d in range(1, BATCH + 1) if BATCH % d == 0]
+    if args.devices not in divisors:  # before any row: each mode's run would stop at it mid-table
+        parser.error(f"--devices {args.devices} does not split the benchmark's batch of {BATCH} examples; "
+                     f"use {', '.join(map(str, divisors[:-1]))} or {divisors[-1]}")
     import jax
 
     try:
@@ -80,7 +86,7 @@ def main(argv=None) -> dict:
     except RuntimeError:
         pass  # JAX already started (e.g. under pytest): its devices are used
     steps = 3 if args.quick else args.steps
-    base = ["logger=quiet", "paths.compilation_cache_dir=null", "model.dropout=0.0", "trainer.batch_size=64",
+    base = ["logger=quiet", "paths.compilation_cache_dir=null", "model.dropout=0.0", f"trainer.batch_size={BATCH}",
             "trainer.eval_every=0", "trainer.log_every=50", "trainer.epochs=1000", "checkpoint.enabled=false",
             "trainer.steps_per_call=1"]  # the first call below compiles the only chunk shape
     if args.quick:
