@@ -138,3 +138,25 @@ def test_a_dataset_process_1_cannot_load_ends_process_0_in_one_sentence(data_dir
     assert "a_file is a file, not a directory" in outputs[1]
     assert "error: process 1 could not load dataset=diabetes (its output says why)" in outputs[0]
     assert "Traceback" not in outputs[0]
+
+
+def test_processes_given_different_run_dirs_are_refused_in_one_sentence(data_dir, tmp_path):
+    """Each trained in its own dir, only process 0's had checkpoints: rerun, process 0 resumed and process 1 started
+    at step 0, and they ended in a gloo traceback and a sentence calling the checkpoint unreadable."""
+    args = ["train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1", "distributed=explicit",
+            f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2"]
+    procs = [subprocess.Popen([sys.executable, *args, f"distributed.process_id={i}", f"hydra.run.dir={tmp_path}/r{i}"],
+                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [2, 2], outputs
+    for out in outputs:
+        assert (f"error: the processes of a multi-process run were given different hydra.run.dir (process 0: "
+                f"{tmp_path}/r0, process 1: {tmp_path}/r1); give every process the same one") in out, out[-2000:]
+        assert "Traceback" not in out
+    assert not (tmp_path / "r0" / "checkpoints").exists() and not (tmp_path / "r1" / "checkpoints").exists()

@@ -68,6 +68,28 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+def every_process(value: str) -> list:
+    """`value` as each process has it, in process order (one entry in a single process)."""
+    if jax.process_count() == 1:
+        return [value]
+    data = np.frombuffer(value.encode(), np.uint8)
+    lengths = np.asarray(multihost_utils.process_allgather(np.int32(len(data)))).ravel()
+    padded = np.zeros(int(lengths.max()), np.uint8)  # the gathered arrays must have one shape
+    padded[:len(data)] = data
+    rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(lengths), -1)
+    return [bytes(row[:n]).decode() for row, n in zip(rows, lengths)]
+
+
+def check_same_run_dir(run_dir: str) -> None:
+    """Every process reads and writes one run dir (process 0 its files, all of them the checkpoints): given
+    several, only process 0's got checkpoints, and a rerun resumed process 0 alone, the others from step 0."""
+    dirs = every_process(os.path.abspath(run_dir))
+    if len(set(dirs)) > 1:
+        have = ", ".join(f"process {i}: {d}" for i, d in enumerate(dirs))
+        raise UserError(f"the processes of a multi-process run were given different hydra.run.dir ({have}); give "
+                        "every process the same one, a directory they all reach.")
+
+
 def failed_processes(ok: bool) -> list:
     """A barrier that also tells every process which ones reached it without `ok`."""
     if jax.process_count() == 1:
