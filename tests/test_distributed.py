@@ -140,14 +140,12 @@ def test_a_dataset_process_1_cannot_load_ends_process_0_in_one_sentence(data_dir
     assert "Traceback" not in outputs[0]
 
 
-def test_processes_given_different_run_dirs_are_refused_in_one_sentence(data_dir, tmp_path):
-    """Each trained in its own dir, only process 0's had checkpoints: rerun, process 0 resumed and process 1 started
-    at step 0, and they ended in a gloo traceback and a sentence calling the checkpoint unreadable."""
-    args = ["train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1", "distributed=explicit",
+def two_with(data_dir, args: list, each: list) -> list:
+    """train.py as processes 0 and 1, with `args` and each its own `each[i]`; their outputs, once both exited 2."""
+    args = ["train.py", *args, "parallel=sharded", "parallel.cpu_devices=1", "distributed=explicit",
             f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2"]
-    procs = [subprocess.Popen([sys.executable, *args, f"distributed.process_id={i}", f"hydra.run.dir={tmp_path}/r{i}"],
-                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    procs = [subprocess.Popen([sys.executable, *args, *each[i], f"distributed.process_id={i}"], cwd=ROOT,
+                              env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
     try:
         outputs = [p.communicate(timeout=120)[0] for p in procs]
@@ -155,8 +153,27 @@ def test_processes_given_different_run_dirs_are_refused_in_one_sentence(data_dir
         for p in procs:
             p.kill()
     assert [p.returncode for p in procs] == [2, 2], outputs
+    assert not any("Traceback" in out for out in outputs), outputs
+    return outputs
+
+
+def test_processes_given_different_run_dirs_are_refused_in_one_sentence(data_dir, tmp_path):
+    """Each trained in its own dir, only process 0's had checkpoints: rerun, process 0 resumed and process 1 started
+    at step 0, and they ended in a gloo traceback and a sentence calling the checkpoint unreadable."""
+    outputs = two_with(data_dir, ["debug=smoke"], [[f"hydra.run.dir={tmp_path}/r{i}"] for i in range(2)])
     for out in outputs:
         assert (f"error: the processes of a multi-process run were given different hydra.run.dir (process 0: "
                 f"{tmp_path}/r0, process 1: {tmp_path}/r1); give every process the same one") in out, out[-2000:]
-        assert "Traceback" not in out
     assert not (tmp_path / "r0" / "checkpoints").exists() and not (tmp_path / "r1" / "checkpoints").exists()
+
+
+def test_processes_given_different_settings_are_refused_in_one_sentence(data_dir, tmp_path):
+    """Processes with batch sizes 16 and 32 trained together without a word, each feeding its share of another
+    run's batches, and results.json named process 0's batch size."""
+    outputs = two_with(data_dir, ["debug=smoke", f"hydra.run.dir={tmp_path}/run"],
+                       [["trainer.batch_size=16"], ["trainer.batch_size=32"]])
+    for out in outputs:
+        assert ("error: the processes of a multi-process run were given different settings: trainer.batch_size "
+                "(process 0: 16, process 1: 32); give every process the same command line but "
+                "distributed.process_id.") in out, out[-2000:]
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import jax
 from flax import nnx
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from zoo.config import validate
 from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
@@ -19,7 +19,7 @@ from zoo.ema import evaluating_averaged
 from zoo.optim import build_optimizer, check_run_length
 from zoo.outputs import open_outputs
 from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
-from zoo.parallel.distributed import check_same_run_dir, failed_processes, is_primary
+from zoo.parallel.distributed import check_same_run, failed_processes, is_primary
 from zoo.preemption import preempted, stop_on_signals
 from zoo.privacy.plan import PrivacyPlan, plan_privacy
 from zoo.state import TrainState, create_state
@@ -129,7 +129,7 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     validate(cfg, new_run=for_training)
     mode = make_mode(cfg.parallel, select_devices(cfg.parallel, cfg.distributed))  # before any JAX work
     if for_training and jax.process_count() > 1:
-        check_same_run_dir(cfg.paths.output_dir)
+        check_same_run(cfg.paths.output_dir, OmegaConf.to_container(cfg, resolve=True))
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
     if for_training and cfg.privacy.mode != "dpsgd":
         check_batch_divides(cfg.trainer.batch_size, mode.num_devices)

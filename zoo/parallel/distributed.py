@@ -1,4 +1,5 @@
 """Multi-process runs: jax.distributed start-up, and helpers that let every process feed only its share."""
+import json
 import logging
 import os
 import socket
@@ -80,14 +81,30 @@ def every_process(value: str) -> list:
     return [bytes(row[:n]).decode() for row, n in zip(rows, lengths)]
 
 
-def check_same_run_dir(run_dir: str) -> None:
-    """Every process reads and writes one run dir (process 0 its files, all of them the checkpoints): given
-    several, only process 0's got checkpoints, and a rerun resumed process 0 alone, the others from step 0."""
+def check_same_run(run_dir: str, settings: dict) -> None:
+    """Every process reads and writes one run dir (process 0 its files, all of them the checkpoints) and runs one
+    program: given several dirs, only process 0's got checkpoints and a rerun resumed process 0 alone; given
+    other settings (a batch size, a seed), each fed its share of another run's batches without a word."""
     dirs = every_process(os.path.abspath(run_dir))
     if len(set(dirs)) > 1:
         have = ", ".join(f"process {i}: {d}" for i, d in enumerate(dirs))
         raise UserError(f"the processes of a multi-process run were given different hydra.run.dir ({have}); give "
                         "every process the same one, a directory they all reach.")
+    # paths may differ per host (a data dir), and distributed.process_id must
+    mine = {k: v for k, v in _dotted(settings).items() if not k.startswith(("distributed.", "paths."))}
+    each = [json.loads(s) for s in every_process(json.dumps(mine, sort_keys=True, default=str))]
+    differ = sorted(k for k in set().union(*each) if len({json.dumps(e.get(k)) for e in each}) > 1)
+    if differ:
+        have = "; ".join(f"{k} (" + ", ".join(f"process {i}: {e.get(k)}" for i, e in enumerate(each)) + ")"
+                         for k in differ[:3])
+        raise UserError(f"the processes of a multi-process run were given different settings: {have}; give every "
+                        "process the same command line but distributed.process_id.")
+
+
+def _dotted(tree, prefix="") -> dict:
+    if isinstance(tree, dict):
+        return {k: v for key, value in tree.items() for k, v in _dotted(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: tree}
 
 
 def failed_processes(ok: bool) -> list:
