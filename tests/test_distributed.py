@@ -177,3 +177,26 @@ def test_processes_given_different_settings_are_refused_in_one_sentence(data_dir
                 "(process 0: 16, process 1: 32); give every process the same command line but "
                 "distributed.process_id.") in out, out[-2000:]
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_two_process_eval_given_different_run_dirs_is_refused_in_one_sentence(data_dir, make_cfg, tmp_path):
+    """Each process restored its own run's checkpoint: they waited out distributed.timeout_s (300 s) and aborted
+    from C++ (exit 134)."""
+    for name in ("a", "b"):
+        train(make_cfg("debug=smoke", out=name))
+    args = ["eval.py", "parallel=sharded", "parallel.cpu_devices=1", "distributed=explicit",
+            f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2"]
+    procs = [subprocess.Popen([sys.executable, *args, f"run_dir={tmp_path / name}", f"distributed.process_id={i}",
+                               f"hydra.run.dir={tmp_path}/x{i}"], cwd=ROOT, env=subprocess_env(data_dir),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i, name in enumerate("ab")]
+    try:
+        outputs = [p.communicate(timeout=90)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [2, 2], outputs
+    for out in outputs:
+        assert (f"error: the processes of a multi-process run were given different settings: run_dir (process 0: "
+                f"{tmp_path / 'a'}, process 1: {tmp_path / 'b'}); give every process the same command line") in out
+        assert "Traceback" not in out

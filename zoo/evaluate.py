@@ -2,6 +2,7 @@
 import logging
 import os
 
+import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
@@ -11,7 +12,7 @@ from zoo.errors import UserError
 from zoo.files import load_json, write_json
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
-from zoo.parallel.distributed import is_primary
+from zoo.parallel.distributed import check_same_settings, is_primary
 from zoo.resume import checkpoint_settings
 from zoo.sweeps.jobs import find_job_dirs
 from zoo.targets import check_targets
@@ -171,6 +172,8 @@ def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
     _check_command(cfg, script)
     cfg.run_dir = launch_dir_path(cfg.run_dir)  # with hydra.job.chdir=true, still the run the user named
     select_devices(cfg.parallel, cfg.distributed)  # before opening checkpoints starts JAX with its defaults
+    if jax.process_count() > 1:  # each would restore its own run's checkpoint, and wait for the others
+        check_same_settings(OmegaConf.to_container(cfg, resolve=True))
     ckpts = _open_checkpoints(cfg.run_dir)
     try:
         return _restore(cfg, ckpts, out_name, what)

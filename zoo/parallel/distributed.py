@@ -90,6 +90,11 @@ def check_same_run(run_dir: str, settings: dict) -> None:
         have = ", ".join(f"process {i}: {d}" for i, d in enumerate(dirs))
         raise UserError(f"the processes of a multi-process run were given different hydra.run.dir ({have}); give "
                         "every process the same one, a directory they all reach.")
+    check_same_settings(settings)
+
+
+def check_same_settings(settings: dict) -> None:
+    """The processes of one run, or of one eval.py or export.py, were given one command line (paths aside)."""
     # paths may differ per host (a data dir), and distributed.process_id must
     mine = {k: v for k, v in _dotted(settings).items() if not k.startswith(("distributed.", "paths."))}
     each = [json.loads(s) for s in every_process(json.dumps(mine, sort_keys=True, default=str))]
