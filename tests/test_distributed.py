@@ -140,9 +140,9 @@ def test_a_dataset_process_1_cannot_load_ends_process_0_in_one_sentence(data_dir
     assert "Traceback" not in outputs[0]
 
 
-def two_with(data_dir, args: list, each: list) -> list:
-    """train.py as processes 0 and 1, with `args` and each its own `each[i]`; their outputs, once both exited 2."""
-    args = ["train.py", *args, "parallel=sharded", "parallel.cpu_devices=1", "distributed=explicit",
+def two_with(data_dir, args: list, each: list, script: str = "train.py") -> list:
+    """`script` as processes 0 and 1, with `args` and each its own `each[i]`; their outputs, once both exited 2."""
+    args = [script, *args, "parallel=sharded", "parallel.cpu_devices=1", "distributed=explicit",
             f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2"]
     procs = [subprocess.Popen([sys.executable, *args, *each[i], f"distributed.process_id={i}"], cwd=ROOT,
                               env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -184,18 +184,8 @@ def test_a_two_process_eval_given_different_run_dirs_is_refused_in_one_sentence(
     from C++ (exit 134)."""
     for name in ("a", "b"):
         train(make_cfg("debug=smoke", out=name))
-    args = ["eval.py", "parallel=sharded", "parallel.cpu_devices=1", "distributed=explicit",
-            f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2"]
-    procs = [subprocess.Popen([sys.executable, *args, f"run_dir={tmp_path / name}", f"distributed.process_id={i}",
-                               f"hydra.run.dir={tmp_path}/x{i}"], cwd=ROOT, env=subprocess_env(data_dir),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i, name in enumerate("ab")]
-    try:
-        outputs = [p.communicate(timeout=90)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [2, 2], outputs
+    outputs = two_with(data_dir, [], [[f"run_dir={tmp_path / name}", f"hydra.run.dir={tmp_path}/x{i}"]
+                                      for i, name in enumerate("ab")], script="eval.py")
     for out in outputs:
         assert (f"error: the processes of a multi-process run were given different settings: run_dir (process 0: "
                 f"{tmp_path / 'a'}, process 1: {tmp_path / 'b'}); give every process the same command line") in out

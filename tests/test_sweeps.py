@@ -307,12 +307,17 @@ def test_a_sweep_dir_whose_job_record_does_not_read_is_refused_in_one_sentence(t
     assert capsys.readouterr().err.startswith(f"error: {tmp_path}/0/.hydra/config.yaml cannot be read (ParserError: ")
 
 
-def test_report_refuses_jobs_of_different_objectives(tmp_path, capsys):
-    for job, metric in (("a/0", "test/accuracy"), ("b/0", "test/loss")):
+def jobs_optimising(tmp_path, objectives: dict) -> None:
+    """A job directory per {job: its optimized_metric}, as far as the report reads it."""
+    for job, metric in objectives.items():
         (tmp_path / job / ".hydra").mkdir(parents=True)
         (tmp_path / job / ".hydra" / "overrides.yaml").write_text("[]")
         (tmp_path / job / ".hydra" / "config.yaml").write_text(f"optimized_metric: {metric}\n")
         (tmp_path / job / ".hydra" / "hydra.yaml").write_text("hydra: {}\n")
+
+
+def test_report_refuses_jobs_of_different_objectives(tmp_path, capsys):
+    jobs_optimising(tmp_path, {"a/0": "test/accuracy", "b/0": "test/loss"})
     assert report.main([str(tmp_path)]) == 2
     assert capsys.readouterr().err == (f"error: the jobs under {tmp_path} optimised different objectives, "
                                        f"test/accuracy ({tmp_path}/a/0) and test/loss ({tmp_path}/b/0); pass one "
@@ -324,11 +329,7 @@ def test_report_on_one_sweep_of_different_objectives_does_not_ask_for_one_sweeps
     """A grid over datasets of a classification and a regression task: its directory is one sweep's, which the
     refusal asked for."""
     (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
-    for job, metric in (("0", "test/accuracy"), ("1", "test/loss")):
-        (tmp_path / job / ".hydra").mkdir(parents=True)
-        (tmp_path / job / ".hydra" / "overrides.yaml").write_text("[]")
-        (tmp_path / job / ".hydra" / "config.yaml").write_text(f"optimized_metric: {metric}\n")
-        (tmp_path / job / ".hydra" / "hydra.yaml").write_text("hydra: {}\n")
+    jobs_optimising(tmp_path, {"0": "test/accuracy", "1": "test/loss"})
     assert report.main([str(tmp_path)]) == 2
     assert capsys.readouterr().err == (f"error: the jobs of the sweep {tmp_path} optimised different objectives, "
                                        f"test/accuracy ({tmp_path}/0) and test/loss ({tmp_path}/1), which one summary "
