@@ -142,7 +142,8 @@ def test_jobs_of_one_sweep_that_optimised_different_objectives_are_not_ranked_to
     callback.on_multirun_end(job_config(tmp_path, "1"))
     assert not any((tmp_path / f"summary.{ext}").exists() for ext in ("csv", "md", "png"))
     assert (f"no sweep summary: the jobs under {tmp_path} optimised different objectives, test/loss "
-            f"({tmp_path}/0) and test/accuracy ({tmp_path}/1); set optimized_metric") in caplog.text
+            f"({tmp_path}/0) and test/accuracy ({tmp_path}/1); run the sweep again in a new hydra.sweep.dir with "
+            "optimized_metric set") in caplog.text
 
 
 @pytest.mark.parametrize("record", ["config.yaml", "hydra.yaml", "overrides.yaml"])

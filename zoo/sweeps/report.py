@@ -82,8 +82,9 @@ def collect(root: str, known: dict = None) -> dict:
     jobs = find_job_dirs(root)
     mixed = mixed_objectives(jobs, known.setdefault("names", {}))
     if mixed:
-        raise MixedObjectives(f"the jobs under {root} optimised different objectives, {mixed}; set optimized_metric "
-                              "to one metric every job reports to rank them in one summary.")
+        raise MixedObjectives(f"the jobs under {root} optimised different objectives, {mixed}; run the sweep "
+                              "again in a new hydra.sweep.dir with optimized_metric set to one metric every job "
+                              "reports to rank them in one summary.")
     if jobs and "objective" not in known:
         known["objective"] = objective_and_direction(jobs[0])
     name, direction = known.get("objective", ("objective", "maximize"))
