@@ -72,8 +72,8 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
                 interval_start, t_log = step, time.perf_counter()
             evals = {}
             if eval_every and step % eval_every == 0 and step < total_steps:
-                evals = _periodic_eval(program, states, members, step, eval_set, task)
-                writes += _evals_at_start(program, states, accs, members, step, eval_set, task)
+                evals, metrics = _periodic_eval(program, states, members, step, eval_set, task)
+                writes += _evals_at_start(program, states, accs, members, step, eval_set, task, metrics)
             checkpoint_due = checkpoint_every and step % checkpoint_every == 0
             stopping = bool(stop)  # read once: a signal during the loop below must reach every member or none
             for i, m in enumerate(members):
@@ -147,8 +147,9 @@ def _zero_rows(a, rows: list):
     return a
 
 
-def _periodic_eval(program, states, members, step, eval_set, task) -> dict:
-    """member index -> metrics of the periodic split, for the members running up to this step."""
+def _periodic_eval(program, states, members, step, eval_set, task) -> tuple:
+    """(member index -> metrics of the periodic split, for the members running up to this step; every member's
+    metrics, for those starting at this step)."""
     split, batches, count = eval_set
     metrics = evaluate_members(program, states, batches, count, task, len(members))
     evals = {}
@@ -160,19 +161,21 @@ def _periodic_eval(program, states, members, step, eval_set, task) -> dict:
                 with member_lines(m.outputs.cfg.paths.output_dir):  # its "early stopping at" line is its own
                     if m.outputs.early.update(step, metrics[i]):
                         m.end = step
-    return evals
+    return evals, metrics
 
 
-def _evals_at_start(program, states, accs, members, step, eval_set, task) -> list:
+def _evals_at_start(program, states, accs, members, step, eval_set, task, metrics=None) -> list:
     """The periodic eval at `step` of the members starting there lengthened (zoo.loop.fit's eval_at_start): the
     run each continues ended at that step with final evals, which it drops. Returns the writes of those early
-    stopping ends there: their checkpoint at the step holds the counters from before this eval."""
+    stopping ends there: their checkpoint at the step holds the counters from before this eval. `metrics`: every
+    member's at this step where the periodic eval has just made them (else they are made here, if needed)."""
     starting = [i for i, m in enumerate(members) if m.error is None and m.outputs.eval_at_start
                 and m.outputs.start_step == step < m.end]
     if not starting:
         return []
     split, batches, count = eval_set
-    metrics = evaluate_members(program, states, batches, count, task, len(members))
+    if metrics is None:
+        metrics = evaluate_members(program, states, batches, count, task, len(members))
     saved, writes = None, []
     for i in starting:
         m = members[i]
