@@ -213,6 +213,18 @@ def test_a_job_a_stop_signal_saved_is_stopped_not_failed(tmp_path):
     assert "Jobs: 3 (1 completed, 1 stopped, 1 failed)." in (tmp_path / "summary.md").read_text()
 
 
+def test_a_stopped_jobs_row_shows_the_step_its_checkpoint_was_saved_at(tmp_path):
+    """Its failure.json keeps the step the signal stopped it at: the summary's steps cell shows it (it was empty)."""
+    from zoo.preemption import Preempted
+
+    write_job(tmp_path, "0", ["seed=0"])
+    job_end(SweepSummary(), tmp_path, "0", Preempted(120, 15, str(tmp_path / "0"), str(tmp_path)))
+    assert json.loads((tmp_path / "0" / "failure.json").read_text())["step"] == 120
+    [row] = sweep_report.collect(str(tmp_path))["rows"]
+    assert (row["status"], row["steps"]) == ("stopped", 120)
+    assert "| 1 | 0 | stopped |  | 120 |" in (tmp_path / "summary.md").read_text()
+
+
 def test_the_table_follows_every_job_and_the_plot_comes_at_the_end_or_on_a_failure(tmp_path):
     callback = SweepSummary()
     for i, lr in enumerate((0.1, 0.2)):

@@ -54,6 +54,8 @@ def read_job(job_dir: str, root: str) -> dict:
         status = ("pruned" if failure.get("status") == "pruned" else
                   "stopped" if failure.get("error") == Preempted.__name__ else "failed")  # stopped: rerun resumes it
         row.update(status=status, reason=f"{failure.get('error', 'Error')}: {failure.get('reason', '')}")
+        if status == "stopped":  # the step the stop reached
+            row["steps"] = failure.get("step")
         if row["status"] == "pruned":  # its last eval, the one the pruner judged, stands in its metric columns
             row.update(_last_eval(os.path.join(job_dir, "metrics.jsonl")))
     return row

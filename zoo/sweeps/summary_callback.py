@@ -53,6 +53,8 @@ def write_failure(job_dir: str, job_return: JobReturn) -> None:
               "reason": str(error), "user_error": isinstance(error, UserError),
               "overrides": list(job_return.overrides or []),
               "traceback": "".join(traceback.format_exception(error))}
+    if isinstance(error, preemption.Preempted):  # the step it reached: the summary's steps cell
+        record["step"] = error.step
     os.makedirs(job_dir, exist_ok=True)
     write_json(os.path.join(job_dir, "failure.json"), record)
 
