@@ -81,6 +81,8 @@ def test_eval_prints_its_result_alone_on_stdout(data_dir, tmp_path):
     ("recipe=null", "choose one of linear_diabetes, linear_digits"),  # Hydra's own traceback otherwise
     ("model=null", "choose one of cnn, linear, mlp"),
     ("hydra/launcher=null", "--hydra-help lists them"),  # a group of Hydra's own
+    ("-m seed=0,1 hydra.launcher=null", "hydra/launcher="),  # its node set to null: Hydra's RuntimeError traceback
+    ("-m seed=0,1 hydra.sweeper=null", "hydra/sweeper="),
 ])
 def test_bad_input_is_one_sentence_and_exit_2(data_dir, tmp_path, override, setting):
     done = run([*override.split(), f"hydra.run.dir={tmp_path / 'run'}"], data_dir)

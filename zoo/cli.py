@@ -334,13 +334,18 @@ CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def refuse_null_groups(argv: list, conf_dir: str = CONF_DIR) -> None:
-    """`model=null` (a config group set to null) ends in a traceback from Hydra's defaults list; one sentence and
-    exit 2 instead, before Hydra reads the command line."""
+    """`model=null` (a config group set to null) ends in a traceback from Hydra's defaults list, and a multirun's
+    `hydra.launcher=null` in one from Hydra's plugins; one sentence and exit 2 instead, before Hydra reads the
+    command line."""
     for arg in argv:
         key, sep, value = arg.partition("=")
         group = key.lstrip("+~")
         if not (sep and value.strip().lower() == "null" and group):
             continue
+        if group in ("hydra.launcher", "hydra.sweeper") and {"-m", "--multirun"} & set(argv):
+            plugin = group.removeprefix("hydra.")  # a multirun instantiates it: Hydra's RuntimeError otherwise
+            exit_with(UserError(f"{key}=null: a multirun needs a {plugin}; choose one with hydra/{plugin}=<option> "
+                                "(--hydra-help lists them under 'Configuration groups')."))
         if group.startswith("hydra/"):  # Hydra's own groups live in its package and its plugins
             exit_with(UserError(f"{key}=null: a config group cannot be set to null; choose one of its options "
                                 "(--hydra-help lists them under 'Configuration groups')."))
