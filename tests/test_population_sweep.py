@@ -153,6 +153,19 @@ def test_pmap_is_refused_before_any_training(data_dir, tmp_path):
     assert not list((tmp_path / "pmap").glob("*/results.json"))
 
 
+def test_a_command_refused_before_any_job_leaves_the_sweeps_plan_as_it_was(data_dir, tmp_path):
+    """The sweeper writes multirun.yaml before the launcher refuses the batch: the sweep's own plan (its swept keys
+    and job count in the summary) is put back, as for a command whose every job was refused; it was replaced by
+    the refused command's, and the rebuilt summary said `Jobs: 2 of the 6 the sweep asked for`."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("# the plan of the sweep this directory holds\n")
+    proc = multirun(data_dir, sweep, "hydra/launcher=population", "seed=0,1", "parallel=pmap",
+                    "parallel.cpu_devices=2", check=False)
+    assert proc.returncode == 2 and "use parallel=sharded or parallel=none" in proc.stderr
+    assert (sweep / "multirun.yaml").read_text() == "# the plan of the sweep this directory holds\n"
+
+
 def test_an_optuna_batch_refused_as_a_population_fails_with_the_sentence_and_a_rerun_asks_new_trials(data_dir,
                                                                                                    tmp_path):
     """The refused batch's trials are told FAIL with the refusal as their reason (it said `SystemExit: 2`); the

@@ -64,7 +64,7 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         groups = _one_dir_each(group_indices([p.task_cfg for p in prepared], max_size), prepared)
         groups = _alone_where_hydra_sets_up(groups, jobs)
         groups = _apart_where_faster(task_function.trains_alone, groups, prepared, jobs)
-        _check_settings([prepared[g[0]].task_cfg for g in groups if len(g) > 1])
+        _check_settings([prepared[g[0]].task_cfg for g in groups if len(g) > 1], hydra_context, config)
     returns = [None] * len(jobs)
     for group in groups:
         end_sweep_before_next_job()  # one that came while the group before finished
@@ -185,13 +185,19 @@ def _prepare(sweep_config) -> PreparedJob:
         HydraConfig.instance().cfg = previous
 
 
-def _check_settings(cfgs: list) -> None:
+def _check_settings(cfgs: list, hydra_context, config) -> None:
     from zoo.population.train import check_population_settings
+    from zoo.sweeps.summary_callback import SweepSummary
 
     try:
         for cfg in cfgs:
             check_population_settings(cfg)
     except UserError as e:  # the whole sweep would fail the same way: one sentence, before any training
+        # the sweeper wrote this command's multirun.yaml before the batch came here: while no job of this command
+        # has run, the sweep dir's summary keeps the plan of the jobs it holds
+        for callback in getattr(hydra_context.callbacks, "callbacks", []):
+            if isinstance(callback, SweepSummary):
+                callback.batch_refused(config)
         exit_with(e)
 
 

@@ -172,6 +172,12 @@ class SweepSummary(Callback):
         else:
             report_now()
 
+    def batch_refused(self, config: DictConfig) -> None:
+        """A launcher refused a batch before any of its jobs started (hydra/launcher=population's settings): its
+        jobs count as refused ones for the plan the sweep dir keeps."""
+        if not self.off:
+            self._keep_the_plan_of_jobs_that_ran(config, refused=True)
+
     def _keep_the_plan_of_jobs_that_ran(self, config: DictConfig, refused: bool) -> None:
         """The sweeper rewrites multirun.yaml before the first job. While every job of this command was refused
         by the run its directory holds (another grid in a finished sweep's dir), the sweep's own plan is put back:
