@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from omegaconf import OmegaConf
 
 from conftest import ROOT, subprocess_env
@@ -105,3 +106,56 @@ def test_a_trial_past_its_time_limit_fails_with_one_sentence_naming_the_setting(
     assert (failure["status"], failure["reason"], failure["user_error"]) == ("failed", sentence, True)
     with open(sweep / "summary.csv") as f:
         assert [r["reason"] for r in csv.DictReader(f)] == [f"UserError: {sentence}"]
+
+
+def submitit_config(tmp_path, launcher: str, **settings):
+    """The part of a multirun's config that RunDirCheck.on_multirun_start reads, with hydra/launcher=<launcher>."""
+    target = "Local" if launcher == "submitit_local" else "Slurm"
+    params = {"_target_": f"hydra_plugins.hydra_submitit_launcher.submitit_launcher.{target}Launcher",
+              "submitit_folder": f"{tmp_path / 's'}/.submitit/%j", "timeout_min": 60, "tasks_per_node": 1, "nodes": 1,
+              **settings}
+    return OmegaConf.create({"hydra": {"launcher": params, "sweeper": {"_target_": "BasicSweeper"},
+                                       "overrides": {"task": ["seed=0,1"]}, "sweep": {"dir": str(tmp_path / "s")}}})
+
+
+@pytest.mark.parametrize("launcher, setting, says", [
+    ("submitit_local", {"timeout_min": 0}, "hydra.launcher.timeout_min=0 gives each trial no time (submitit ends its "
+                                           "job after that many minutes); set it to 1 or more."),
+    ("submitit_slurm", {"timeout_min": -5}, "hydra.launcher.timeout_min=-5 gives each trial no time (submitit ends "
+                                            "its job after that many minutes); set it to 1 or more."),
+    ("submitit_slurm", {"tasks_per_node": 0}, "hydra.launcher.tasks_per_node=0 starts no process for a trial; set it "
+                                              "to 1 or more."),
+    ("submitit_slurm", {"nodes": 0}, "hydra.launcher.nodes=0 starts no process for a trial; set it to 1 or more."),
+    ("submitit_local", {"nodes": 2}, "hydra.launcher.nodes=2 cannot be given by hydra/launcher=submitit_local, which "
+                                     "runs each trial as one process on this machine; set it to 1."),
+    ("submitit_local", {"tasks_per_node": 2}, "hydra.launcher.tasks_per_node=2 cannot be given by "
+                                              "hydra/launcher=submitit_local, which runs each trial as one process on "
+                                              "this machine; set it to 1."),
+    ("submitit_local", {"submitit_folder": "/proc/zoo/%j"}, "hydra.launcher.submitit_folder=/proc/zoo/%j is not "
+                                                            "writable"),
+])
+def test_launcher_settings_that_cannot_run_a_trial_are_refused_before_the_sweep(tmp_path, capsys, launcher, setting,
+                                                                                says):
+    """timeout_min=0 ended in submitit's UncompletedJobError traceback, nodes=2 in a ValueError, tasks_per_node=0 in
+    an AssertionError, an unwritable submitit_folder in a FileNotFoundError; tasks_per_node=2 under submitit_local
+    ran the trial twice at once and the sweep never ended. Each is refused before the sweep dir is made."""
+    from zoo.cli import RunDirCheck
+
+    RunDirCheck().on_multirun_start(submitit_config(tmp_path / "fine", launcher))  # the defaults pass
+    with pytest.raises(SystemExit) as exit_:
+        RunDirCheck().on_multirun_start(submitit_config(tmp_path, launcher, **setting))
+    assert exit_.value.code == 2 and not (tmp_path / "s").exists()
+    assert capsys.readouterr().err.startswith(f"error: {says}")
+
+
+def test_a_submitit_sweep_with_no_time_is_one_sentence_and_writes_nothing(data_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "train.py", "-m", "hydra/launcher=submitit_local", "debug=smoke",
+           "optimizer.learning_rate=1e-3,3e-3", "hydra.launcher.timeout_min=0", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        "error: hydra.launcher.timeout_min=0 gives each trial no time (submitit ends its job after that many minutes); "
+        "set it to 1 or more."]
+    assert not sweep.exists()

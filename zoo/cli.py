@@ -169,6 +169,7 @@ class RunDirCheck(Callback):
 
     def on_multirun_start(self, config, **kwargs) -> None:
         _exit_if_no_jobs(config)  # before the sweep dir is made: nothing would go into it
+        _exit_if_submitit_cannot_run(config)
         _exit_if_inside_checkpoints(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
@@ -220,6 +221,37 @@ def _exit_if_no_jobs(config) -> None:
         if override.is_discrete_sweep() and not any(True for _ in override.sweep_string_iterator()):
             exit_with(UserError(f"{override.input_line} sweeps over no values, so the multirun would run no jobs; "
                                 "give it at least one value."))
+
+
+def _exit_if_submitit_cannot_run(config) -> None:
+    """hydra/launcher=submitit_local or submitit_slurm settings under which no trial runs (a submitit_folder it
+    cannot make too): submitit reported them after the sweep had begun, in a traceback (or, tasks_per_node=2 under
+    submitit_local, ran the trial twice at once and never ended)."""
+    launcher = OmegaConf.select(config, "hydra.launcher", default=None)
+    target = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
+    if launcher is None or "hydra_submitit_launcher" not in target:
+        return
+    local = target.endswith("LocalLauncher")
+    timeout = launcher.get("timeout_min")
+    if timeout is not None and timeout < (1 if local else 0):  # SLURM's --time=0 is no limit
+        exit_with(UserError(f"hydra.launcher.timeout_min={timeout} gives each trial no time (submitit ends its job "
+                            "after that many minutes); set it to 1 or more."))
+    for key in ("nodes", "tasks_per_node"):
+        value = launcher.get(key)
+        if value is not None and value < 1:
+            exit_with(UserError(f"hydra.launcher.{key}={value} starts no process for a trial; set it to 1 or more."))
+        if local and value is not None and value != 1:
+            exit_with(UserError(f"hydra.launcher.{key}={value} cannot be given by hydra/launcher=submitit_local, which "
+                                "runs each trial as one process on this machine; set it to 1."))
+    folder = str(launcher.get("submitit_folder") or "")
+    fixed = os.path.abspath(os.path.dirname(folder.split("%")[0]) if "%" in folder else folder)  # %j: the job's id
+    sweep = os.path.abspath(str(config.hydra.sweep.dir))
+    if not folder or os.path.commonpath([fixed, sweep]) == sweep:
+        return  # the default, inside the sweep dir: checked with it, and made as its first job starts
+    reason = unwritable_reason(fixed)
+    if reason:
+        exit_with(UserError(f"hydra.launcher.submitit_folder={folder} is not writable ({reason}); set it to a "
+                            "directory you can write."))
 
 
 def _holds_its_own_job(sweep: str, config) -> bool:
