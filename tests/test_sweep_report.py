@@ -5,6 +5,7 @@ import json
 import math
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -313,3 +314,22 @@ def test_digits_cnn_search_runs_with_a_tiny_budget(data_dir, tmp_path):
         sampled = dict(o.split("=", 1) for o in row["overrides"].split())
         assert 1e-4 <= float(sampled["optimizer.learning_rate"]) <= 1e-2
         assert sampled["trainer.batch_size"] in ("32", "64", "128")
+
+
+def test_a_summary_that_could_not_be_written_names_the_command_that_rebuilds_it_from_any_directory(tmp_path,
+                                                                                                 monkeypatch, caplog):
+    """The warning said `python -m zoo.sweeps.report`, without the sweep dir, which finds zoo only from the
+    repository root: the command it names now runs as given, from anywhere."""
+    from zoo.sweeps import summary_callback
+
+    write_job(tmp_path / "sweep", "0", ["seed=0"], results=completed(0.9))
+    monkeypatch.setattr(sweep_report, "write_summary", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    with caplog.at_level("WARNING"):
+        assert summary_callback._summarise(str(tmp_path / "sweep"), False, {}) is None
+    command = caplog.records[-1].getMessage().partition("rebuild it with `")[2].partition("`")[0]
+    assert command == f"python {ROOT / 'zoo' / 'sweeps' / 'report.py'} {tmp_path / 'sweep'}"
+    monkeypatch.undo()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and (tmp_path / "sweep" / "summary.md").is_file(), done.stderr[-2000:]

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import os
+import shlex
 import traceback
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -224,6 +225,7 @@ def _summarise(sweep_dir: str, plot: bool, known: dict):
         log.warning("no sweep summary: %s", e)
         return None
     except Exception as e:  # noqa: BLE001 — a summary problem must never fail a trial or a finished sweep
-        log.warning("could not write the sweep summary in %s: %s (rebuild it with `python -m zoo.sweeps.report`)",
-                    sweep_dir, e)
+        # the script by its path: `python -m zoo.sweeps.report` finds zoo only from the repository root
+        command = shlex.join(["python", os.path.abspath(report.__file__), sweep_dir])
+        log.warning("could not write the sweep summary in %s: %s (rebuild it with `%s`)", sweep_dir, e, command)
         return None
