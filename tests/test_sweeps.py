@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import matplotlib.image
+import optuna
 import pytest
 from omegaconf import OmegaConf
 
@@ -495,3 +496,20 @@ def test_jobs_kept_without_a_hydra_folder_get_no_summary_claiming_none_completed
     assert "Best: none" not in out and not (sweep / "summary.md").exists(), out[-2000:]
     assert out.count(f"no sweep summary: hydra.output_subdir={subdir} keeps") == 1, out[-2000:]
     assert len(list(sweep.glob("*/results.json"))) == 2
+
+
+def test_an_optuna_sweep_whose_overrides_no_config_takes_leaves_the_sweeps_plan_as_it_was(data_dir, tmp_path):
+    """The sweeper wrote this command's multirun.yaml, then the launcher refused the first batch (Hydra's `Could not
+    override`): the sweep dir's plan (its summary's swept keys and axes) became one no job ran. Its trial is told
+    failed, as before."""
+    sweep_dir = tmp_path / "sweep"
+    multirun(data_dir, sweep_dir, "hparams_search=digits_mlp", "hydra.sweeper.n_trials=1")
+    plan = (sweep_dir / "multirun.yaml").read_bytes()
+    proc = multirun(data_dir, sweep_dir, "hparams_search=digits_mlp", "hydra.sweeper.n_trials=1", "nope=choice(1,2)",
+                    check=False)
+    assert proc.returncode == 1 and "Could not override 'nope'" in proc.stderr, proc.stderr[-2000:]
+    assert (sweep_dir / "multirun.yaml").read_bytes() == plan
+    study = optuna.load_study(study_name="digits_mlp", storage=f"sqlite:///{sweep_dir}/optuna.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL"]
+    assert study.trials[1].user_attrs["fail_reason"].startswith("not run: ConfigCompositionException: Could not "
+                                                                "override 'nope'")

@@ -145,9 +145,10 @@ class OptunaSweep:
         self.sampler_cfg, self.pruner_cfg, self.params = sampler, pruner, params
         self.storage, self.study_name = storage, study_name
         self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
+        self.config_loader, self.plan_saved = None, False
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
-        self.config = config
+        self.config, self.config_loader = config, hydra_context.config_loader
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
 
@@ -204,7 +205,6 @@ class OptunaSweep:
         is_grid = "GridSampler" in str(self.sampler_cfg.get("_target_", ""))
         grid = space.grid() if is_grid else {}
         study = self._study(grid, space)
-        _save_multirun_config(self.config)
         self._continue_stopped(study, space, optuna)
         n_trials = self.n_trials
         if is_grid:  # a grid has math.prod(sizes) points; a resumed grid sweep runs the ones not yet run
@@ -222,6 +222,7 @@ class OptunaSweep:
                 raise
             self._run(study, trials, space, optuna)
             n_trials -= len(trials)
+        self._save_plan()  # a grid with no point left to run
         self._write_results(study, optuna)
         return study
 
@@ -269,6 +270,7 @@ class OptunaSweep:
         job_dirs = job_dirs or {}
         overrides = [self._overrides(t, space, job_dirs.get(t.number)) for t in trials]
         try:
+            self._save_plan(overrides)
             with trial_link.running(self.storage, self.study_name, trials):
                 # job number = trial number: a rerun with the same storage and sweep dir adds trials, and
                 # their jobs must not land in (and resume from) the directories of the study's earlier trials
@@ -283,6 +285,17 @@ class OptunaSweep:
             log.error("%d of %d trials failed, more than hydra.sweeper.max_failure_rate=%s allows",
                       len(errors), len(returns), self.max_failure_rate)
             raise errors[0]
+
+    def _save_plan(self, overrides=()) -> None:
+        """This command's multirun.yaml, once its first batch composes (as Hydra's sweepers check a batch before
+        launching it; the launcher then takes those compositions, zoo.sweeps.compose_once): a command whose
+        overrides no config takes leaves the sweep dir's plan, by which its summary lists the swept keys, as it was."""
+        if self.plan_saved:
+            return
+        for job in overrides if self.config_loader is not None else ():
+            self.config_loader.load_sweep_config(self.config, list(job))
+        _save_multirun_config(self.config)
+        self.plan_saved = True
 
     def _continue_stopped(self, study, space, optuna) -> None:
         """A signal ends a sweep before the sweeper tells Optuna how its batch went, so the study keeps those
