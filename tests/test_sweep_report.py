@@ -333,3 +333,16 @@ def test_a_summary_that_could_not_be_written_names_the_command_that_rebuilds_it_
     done = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and (tmp_path / "sweep" / "summary.md").is_file(), done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("obstacle", ["summary.md", "summary.csv"])
+def test_a_summary_that_cannot_be_written_is_one_sentence_naming_the_file(tmp_path, capsys, obstacle):
+    """A directory in the way of a summary file (or a sweep dir the user cannot write, someone else's) ended the
+    report in an IsADirectoryError (PermissionError) traceback."""
+    write_job(tmp_path, "0", ["seed=0"], results=completed(0.9))
+    (tmp_path / obstacle).mkdir()
+    assert sweep_report.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: the summary cannot be written in {tmp_path} (Is a directory: {tmp_path / obstacle}); move that "
+        "directory out of the way.\n")
+    assert (tmp_path / obstacle).is_dir() and not list(tmp_path.glob("*.tmp"))

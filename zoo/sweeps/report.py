@@ -280,6 +280,13 @@ def main(argv=None) -> int:
     except DamagedJob as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a directory in the way of a summary file, or a sweep dir the user cannot write
+        target = e.filename2 or e.filename  # a file replaced: its own name, not the staging file's
+        advice = ("move that directory out of the way" if target and os.path.isdir(target) else
+                  "copy the sweep to a directory you can write and pass that one")
+        print(f"error: the summary cannot be written in {args[0]} ({e.strerror}: {target}); {advice}.",
+              file=sys.stderr)
+        return 2
     print(f"{len(s['rows'])} jobs; summary written to {os.path.join(s['root'], 'summary.md')}")
     print(best_text(s))
     return 0
