@@ -118,6 +118,14 @@ def submitit_config(tmp_path, launcher: str, **settings):
                                        "overrides": {"task": ["seed=0,1"]}, "sweep": {"dir": str(tmp_path / "s")}}})
 
 
+def with_srun(tmp_path, monkeypatch) -> None:
+    """A PATH holding an `srun`, as on a SLURM cluster's nodes, for what submitit_slurm checks before submitting."""
+    (tmp_path / "slurm-bin").mkdir()
+    (tmp_path / "slurm-bin" / "srun").write_text("#!/bin/sh\n")
+    (tmp_path / "slurm-bin" / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "slurm-bin"))
+
+
 @pytest.mark.parametrize("launcher, setting, says", [
     ("submitit_local", {"timeout_min": 0}, "hydra.launcher.timeout_min=0 gives each trial no time (submitit ends its "
                                            "job after that many minutes); set it to 1 or more."),
@@ -134,13 +142,14 @@ def submitit_config(tmp_path, launcher: str, **settings):
     ("submitit_local", {"submitit_folder": "/proc/zoo/%j"}, "hydra.launcher.submitit_folder=/proc/zoo/%j is not "
                                                             "writable"),
 ])
-def test_launcher_settings_that_cannot_run_a_trial_are_refused_before_the_sweep(tmp_path, capsys, launcher, setting,
-                                                                                says):
+def test_launcher_settings_that_cannot_run_a_trial_are_refused_before_the_sweep(tmp_path, capsys, monkeypatch,
+                                                                                launcher, setting, says):
     """timeout_min=0 ended in submitit's UncompletedJobError traceback, nodes=2 in a ValueError, tasks_per_node=0 in
     an AssertionError, an unwritable submitit_folder in a FileNotFoundError; tasks_per_node=2 under submitit_local
     ran the trial twice at once and the sweep never ended. Each is refused before the sweep dir is made."""
     from zoo.cli import RunDirCheck
 
+    with_srun(tmp_path, monkeypatch)
     RunDirCheck().on_multirun_start(submitit_config(tmp_path / "fine", launcher))  # the defaults pass
     with pytest.raises(SystemExit) as exit_:
         RunDirCheck().on_multirun_start(submitit_config(tmp_path, launcher, **setting))
@@ -159,3 +168,19 @@ def test_a_submitit_sweep_with_no_time_is_one_sentence_and_writes_nothing(data_d
         "error: hydra.launcher.timeout_min=0 gives each trial no time (submitit ends its job after that many minutes); "
         "set it to 1 or more."]
     assert not sweep.exists()
+
+
+def test_the_slurm_launcher_without_slurm_is_one_sentence_before_the_sweep(tmp_path, capsys, monkeypatch):
+    """On a machine without SLURM's srun (a laptop, a node outside the cluster) submitit_slurm ended in submitit's
+    `RuntimeError: Could not detect "srun"` traceback, after the sweep had written its multirun.yaml."""
+    from zoo.cli import RunDirCheck
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    with pytest.raises(SystemExit) as exit_:
+        RunDirCheck().on_multirun_start(submitit_config(tmp_path, "submitit_slurm"))
+    assert exit_.value.code == 2 and not (tmp_path / "s").exists()
+    assert capsys.readouterr().err == (
+        "error: hydra/launcher=submitit_slurm needs SLURM (its srun command), which is not on this machine's PATH; "
+        "run the sweep on a node of the cluster, or use hydra/launcher=submitit_local to run it here.\n")
+    with_srun(tmp_path, monkeypatch)
+    RunDirCheck().on_multirun_start(submitit_config(tmp_path / "fine", "submitit_slurm"))

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -243,6 +244,10 @@ def _exit_if_submitit_cannot_run(config) -> None:
         if local and value is not None and value != 1:
             exit_with(UserError(f"hydra.launcher.{key}={value} cannot be given by hydra/launcher=submitit_local, which "
                                 "runs each trial as one process on this machine; set it to 1."))
+    if not local and shutil.which("srun") is None:  # submitit's own test, made once the sweep has begun
+        exit_with(UserError("hydra/launcher=submitit_slurm needs SLURM (its srun command), which is not on this "
+                            "machine's PATH; run the sweep on a node of the cluster, or use "
+                            "hydra/launcher=submitit_local to run it here."))
     folder = str(launcher.get("submitit_folder") or "")
     fixed = os.path.abspath(os.path.dirname(folder.split("%")[0]) if "%" in folder else folder)  # %j: the job's id
     sweep = os.path.abspath(str(config.hydra.sweep.dir))
