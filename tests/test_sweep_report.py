@@ -346,3 +346,19 @@ def test_a_summary_that_cannot_be_written_is_one_sentence_naming_the_file(tmp_pa
         f"error: the summary cannot be written in {tmp_path} (Is a directory: {tmp_path / obstacle}); move that "
         "directory out of the way.\n")
     assert (tmp_path / obstacle).is_dir() and not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_pareto_fronts_line_gives_each_members_test_metrics_and_run_directory(tmp_path):
+    """The line printed at the end of a multi-objective sweep gave each member's objectives and overrides only: the
+    test metrics of a front chosen on validation, which the one-objective line reports, were missing, and so was
+    where each member's run lies."""
+    for name, accuracy, seconds in (("0", 0.9, 2.0), ("1", 0.8, 1.0), ("2", 0.7, 3.0)):
+        results = {**completed(accuracy), "objective": [accuracy, seconds], "wall_time_s": seconds,
+                   "validation": {"accuracy": accuracy, "count": 144}, "test": {"accuracy": accuracy - 0.05}}
+        write_job(tmp_path, name, [f"seed={name}"], results=results,
+                  metric="[validation/accuracy, wall_time_s]", direction="[maximize, minimize]")
+    s = sweep_report.write_summary(str(tmp_path), plot=False)
+    assert sweep_report.best_text(s) == (
+        f"Pareto front (2 jobs): job 0: validation/accuracy=0.9, wall_time_s=2 (test/accuracy=0.85) with `seed=0`, "
+        f"run directory {tmp_path / '0'}; job 1: validation/accuracy=0.8, wall_time_s=1 (test/accuracy=0.75) with "
+        f"`seed=1`, run directory {tmp_path / '1'}")

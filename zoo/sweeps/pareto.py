@@ -25,6 +25,13 @@ def front(rows: list, directions: list) -> list:
 def front_text(s: dict) -> str:
     if not s["pareto"]:
         return "Pareto front: none, as no job has completed."
-    jobs = "; ".join(f"job {r['job']}: " + ", ".join(f"{n}={v:.4g}" for n, v in zip(s["objective"], r["objective"]))
-                     + f" with `{' '.join(r['overrides'])}`" for r in s["pareto"])
-    return f"Pareto front ({len(s['pareto'])} jobs): {jobs}"
+    return f"Pareto front ({len(s['pareto'])} jobs): " + "; ".join(_member_text(r, s["objective"]) for r in s["pareto"])
+
+
+def _member_text(r: dict, names: list) -> str:
+    """One member, as the one-objective sweep's best job: its objectives, the test metrics beside them (a front
+    chosen on validation reports test there), its overrides and where its run lies."""
+    objectives = ", ".join(f"{n}={v:.4g}" for n, v in zip(names, r["objective"]))
+    test = ", ".join(f"{k}={v:.4g}" for k, v in r["metrics"].items() if k.startswith("test/") and k not in names)
+    return (f"job {r['job']}: {objectives}{f' ({test})' if test else ''} with `{' '.join(r['overrides'])}`, "
+            f"run directory {r['run_dir']}")
