@@ -513,3 +513,18 @@ def test_an_optuna_sweep_whose_overrides_no_config_takes_leaves_the_sweeps_plan_
     assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL"]
     assert study.trials[1].user_attrs["fail_reason"].startswith("not run: ConfigCompositionException: Could not "
                                                                 "override 'nope'")
+
+
+def test_a_search_over_a_group_whose_option_lacks_a_searched_setting_is_refused_before_any_trial(data_dir, tmp_path):
+    """hparams_search=digits_mlp 'model=choice(mlp,cnn)': the first trial that drew cnn failed in Hydra's `Could not
+    override 'model.hidden'` (whose hint, +model.hidden=..., names a key the run refuses) and ended the sweep,
+    exit 1, with a failed trial in the study."""
+    sweep_dir = tmp_path / "s"
+    proc = multirun(data_dir, sweep_dir, "hparams_search=digits_mlp", "hydra.sweeper.n_trials=4",
+                    "model=choice(mlp,cnn)", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the sweep searches model.hidden (hydra.sweeper.params), which model=cnn, one of the "
+                           "model options it searches, does not have (its settings: "), last
+    assert last.endswith("); search one model at a time, or search settings every option has."), last
+    assert not (sweep_dir / "optuna.db").exists() and not list(sweep_dir.glob("*/.hydra"))

@@ -199,6 +199,7 @@ class OptunaSweep:
                             "direction.")
         space = parse_search_space(self.params, arguments)
         _check_searched_keys(self.config, space, self.params)
+        self._check_searched_groups(space)
         _check_metrics(self.config, space)
         if self.pruner_cfg is not None:  # else every trial fails so
             self._check_prunable(space)
@@ -249,6 +250,38 @@ class OptunaSweep:
                                 "hydra.sweeper.study_name=null names each command's study anew, so this one would not "
                                 f"continue it; set hydra.sweeper.study_name={name} to continue it (the studies in "
                                 f"{self.storage}: {', '.join(names)}), or choose a new hydra.sweep.dir.")
+
+    def _check_searched_groups(self, space) -> None:
+        """A config group searched over options one of which lacks a setting the sweep sets inside it
+        ('model=choice(mlp,cnn)' with the digits_mlp preset's model.hidden): the first trial that drew that option
+        failed in Hydra's `Could not override` and ended the sweep. Each option is composed once, before the study
+        opens, with the sweep's fixed overrides (outside the zoo's training, left to the trials)."""
+        from optuna.distributions import CategoricalDistribution
+
+        if self.config_loader is None or "optimized_metric" not in self.config:
+            return
+        keys = list(space.distributions) + list(space.fixed)
+        for group, d in space.distributions.items():
+            inside = [k for k in keys if k.startswith(f"{group}.")]
+            if "." in group or group.startswith(("+", "~", "hydra")) or not inside or \
+                    not isinstance(d, CategoricalDistribution):
+                continue
+            others = [line for key, line in space.fixed.items() if not key.startswith(f"{group}.")]
+            for option in d.choices:
+                try:
+                    cfg = self.config_loader.load_sweep_config(self.config, [*others, f"{group}={option}"])
+                except Exception:  # noqa: BLE001 — an option that does not compose: its trials say so themselves
+                    continue
+                for key in inside:
+                    parent, _, name = key.rpartition(".")
+                    node = OmegaConf.select(cfg, parent, default=None)
+                    if isinstance(node, DictConfig) and name not in node.keys():
+                        settings = ", ".join(k for k in node if not str(k).startswith("_"))
+                        origin = "hydra.sweeper.params" if key in (self.params or {}) else "the command line"
+                        verb = "searches" if key in space.distributions else "sets"
+                        raise UserError(f"the sweep {verb} {key} ({origin}), which {group}={option}, one of the "
+                                        f"{group} options it searches, does not have (its settings: {settings}); "
+                                        f"search one {group} at a time, or search settings every option has.")
 
     def _check_prunable(self, space) -> None:
         """What fails every pruned trial alike, refused once before the study opens (each trial checks again)."""
