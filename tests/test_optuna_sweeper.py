@@ -551,3 +551,31 @@ def test_what_fails_every_pruned_trial_is_refused_before_any_trial(tmp_path, mak
                                         r"processes needs a shared study; set hydra\.sweeper\.storage"):
         sweep.sweep([])
     assert launcher.calls == []
+
+
+def test_every_batch_is_composed_before_it_is_launched(tmp_path):
+    """A launcher whose jobs compose in their own processes (submitit) ended the sweep in submitit's FailedJobError
+    traceback when a later batch drew a value no config takes ('trainer.batch_size=choice(16,abc)'): only the
+    first batch was composed in the sweep's process. Each is now, as Hydra's sweepers do: the error is Hydra's own
+    message, the batch is not launched and its trial is told failed."""
+    from hydra.errors import ConfigCompositionException
+
+    class SecondBatchRefused:
+        calls = 0
+
+        def load_sweep_config(self, master_config, sweep_overrides):
+            self.calls += 1
+            if self.calls == 2:
+                raise ConfigCompositionException("Error merging override trainer.batch_size=abc")
+            return OmegaConf.create()
+
+    launcher, storage = RecordingLauncher(), f"sqlite:///{tmp_path}/optuna.db"
+    sweep = make_sweep(tmp_path, launcher, storage=storage, n_trials=3, n_jobs=1)
+    sweep.config_loader = SecondBatchRefused()
+    with pytest.raises(ConfigCompositionException):
+        sweep.sweep([])
+    assert [first for first, _ in launcher.calls] == [0]
+    trials = optuna.load_study(study_name="test", storage=storage).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL"]
+    assert trials[1].user_attrs["fail_reason"] == ("not run: ConfigCompositionException: Error merging override "
+                                                   "trainer.batch_size=abc")

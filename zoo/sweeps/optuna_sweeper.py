@@ -320,15 +320,16 @@ class OptunaSweep:
             raise errors[0]
 
     def _save_plan(self, overrides=()) -> None:
-        """This command's multirun.yaml, once its first batch composes (as Hydra's sweepers check a batch before
-        launching it; the launcher then takes those compositions, zoo.sweeps.compose_once): a command whose
-        overrides no config takes leaves the sweep dir's plan, by which its summary lists the swept keys, as it was."""
-        if self.plan_saved:
-            return
+        """Compose each job of a batch (as Hydra's sweepers do before launching one; a launcher in this process then
+        takes those compositions, zoo.sweeps.compose_once), then write this command's multirun.yaml once: a batch
+        that does not compose ends the sweep in Hydra's own message, not in the traceback of a launcher whose jobs
+        compose in their own processes (submitit), and a first one leaves the sweep dir's plan, by which its
+        summary lists the swept keys, as it was."""
         for job in overrides if self.config_loader is not None else ():
             self.config_loader.load_sweep_config(self.config, list(job))
-        _save_multirun_config(self.config)
-        self.plan_saved = True
+        if not self.plan_saved:
+            _save_multirun_config(self.config)
+            self.plan_saved = True
 
     def _continue_stopped(self, study, space, optuna) -> None:
         """A signal ends a sweep before the sweeper tells Optuna how its batch went, so the study keeps those
