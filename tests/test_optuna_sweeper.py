@@ -579,3 +579,16 @@ def test_every_batch_is_composed_before_it_is_launched(tmp_path):
     assert [t.state.name for t in trials] == ["COMPLETE", "FAIL"]
     assert trials[1].user_attrs["fail_reason"] == ("not run: ConfigCompositionException: Error merging override "
                                                    "trainer.batch_size=abc")
+
+
+def test_a_sweep_without_a_sampler_asks_optunas_default_one(tmp_path):
+    """hydra.sweeper.sampler=null, as pruner=null means no pruner: Optuna's create_study picks its default sampler
+    (TPE for one objective), also for a stored study run again."""
+    storage = f"sqlite:///{tmp_path}/study.db"
+    for run in range(2):
+        launcher = RecordingLauncher()
+        sweep = make_sweep(tmp_path, launcher, n_trials=3, storage=storage)
+        sweep.sampler_cfg = None
+        study = sweep.sweep([])
+        assert isinstance(study.sampler, optuna.samplers.TPESampler)
+        assert len(trial_params(launcher)) == 3 and len(study.trials) == 3 * (run + 1)

@@ -154,6 +154,8 @@ class OptunaSweep:
 
     def _sampler(self, grid: dict, trials_so_far: int = 0):
         cfg = self.sampler_cfg
+        if cfg is None:  # sampler=null, as pruner=null: Optuna's create_study picks its default
+            return None
         if trials_so_far and cfg.get("seed") is not None:
             # a seeded sampler would repeat the suggestions its study started with; the offset keeps a rerun
             # of the same command on the same study reproducible
@@ -185,7 +187,7 @@ class OptunaSweep:
             raise UserError(f"study {study.study_name} in {self.storage} was created to {', '.join(stored)}, and this "
                             f"command would {asked}; choose another hydra.sweeper.study_name (or storage).")
         trials_so_far = len(study.get_trials(deepcopy=False))
-        if trials_so_far:
+        if trials_so_far and self.sampler_cfg is not None:
             study.sampler = self._sampler(grid, trials_so_far)
         return study
 
@@ -203,7 +205,7 @@ class OptunaSweep:
         _check_metrics(self.config, space)
         if self.pruner_cfg is not None:  # else every trial fails so
             self._check_prunable(space)
-        is_grid = "GridSampler" in str(self.sampler_cfg.get("_target_", ""))
+        is_grid = "GridSampler" in str((self.sampler_cfg or {}).get("_target_", ""))
         grid = space.grid() if is_grid else {}
         study = self._study(grid, space)
         self._continue_stopped(study, space, optuna)
