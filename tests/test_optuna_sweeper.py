@@ -197,7 +197,7 @@ def runs_jobs_here(monkeypatch):
 STOPPED = {"status": "failed", "error": "Preempted", "reason": "stopped by SIGTERM at step 200"}
 
 
-def test_trials_a_stopped_sweep_left_running_are_settled_first(tmp_path, runs_jobs_here):
+def test_trials_a_stopped_sweep_left_running_are_settled_first(tmp_path, runs_jobs_here, caplog):
     storage = f"sqlite:///{tmp_path}/optuna.db"
     asked = stop_a_sweep(tmp_path, storage, n_jobs=5)
     interrupted = "2026-12-01_12-00-00_lr=1e-3,0"  # characters an override must escape
@@ -208,8 +208,11 @@ def test_trials_a_stopped_sweep_left_running_are_settled_first(tmp_path, runs_jo
                                                            "reason": "pruned at step 100"})
     save_job_dir(tmp_path, "it's_4", 4, "test")  # killed: nothing written; a quote in its name
     launcher = RecordingLauncher()
-    make_sweep(tmp_path, launcher, storage=storage, n_trials=2, n_jobs=2).sweep([])
+    with caplog.at_level("INFO", logger="zoo"):
+        make_sweep(tmp_path, launcher, storage=storage, n_trials=2, n_jobs=2).sweep([])
     assert [(idx, len(batch)) for idx, batch in launcher.calls] == [(0, 2), (4, 1), (5, 2)]  # then 2 new trials
+    assert ("Trial(s) 0, 1, 2, 3, 4 of study test were left unfinished by a stopped run: 2, 3 had ended and take "
+            "what their files say; running 0, 1, 4 again") in caplog.text
     (first, second), (fifth,) = launcher.calls[0][1], launcher.calls[1][1]
     assert first[:-2] == asked[0] and second[:-1] == asked[1]  # their own parameters; 1 in a new directory
     for overrides, job_dir in ((first, interrupted), (fifth, "it's_4")):

@@ -347,28 +347,33 @@ class OptunaSweep:
         job_dirs = trial_link.job_dirs(sweep_dir, study.study_name, {t.number for t in stopped})
         here = type(self.launcher).__name__ in IN_PROCESS_LAUNCHERS
         never = OmegaConf.select(self.config, "trainer.resume") == "never"
-        to_run, left = [], []
+        to_run, left, ended, failed = [], [], [], []
         for trial in (optuna.Trial(study, t._trial_id) for t in stopped):  # the public way to a stored trial
             job_dir = job_dirs.get(trial.number)
             outcome, row = ("unfinished", None) if job_dir is None else trial_link.job_outcome(
                 os.path.join(sweep_dir, job_dir), sweep_dir)
             if outcome == "ended":
+                ended.append(trial.number)
                 self._tell_ended(study, trial, row, optuna)
             elif never:
+                failed.append(trial.number)
                 trial.set_user_attr("fail_reason", "stopped before it finished; trainer.resume=never does not "
                                                    "continue it")
                 self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
             elif outcome == "unfinished" and not here:
                 left.append(trial.number)  # it may still be running where the launcher put it
             elif job_dir is not None and _subdir_override(job_dir) is None:
+                failed.append(trial.number)
                 trial.set_user_attr("fail_reason", f"stopped in {job_dir}, whose name Hydra cannot take back")
                 self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
             else:
                 to_run.append(trial)
-        log.info("Trial(s) %s of study %s were left unfinished by a stopped run; running %s again%s",
-                 ", ".join(str(t.number) for t in stopped), study.study_name,
-                 ", ".join(str(t.number) for t in to_run) or "none",
-                 f"; {', '.join(map(str, left))} may still be running and stay RUNNING" if left else "")
+        log.info("Trial(s) %s of study %s were left unfinished by a stopped run: %s%srunning %s again%s",
+                 _numbers(t.number for t in stopped), study.study_name,
+                 f"{_numbers(ended)} had ended and take what their files say; " if ended else "",
+                 f"{_numbers(failed)} fail (see their fail_reason); " if failed else "",
+                 _numbers(t.number for t in to_run) or "none",
+                 f"; {_numbers(left)} may still be running and stay RUNNING" if left else "")
         for batch in _consecutive_batches(to_run, self.n_jobs):
             self._run(study, batch, space, optuna, job_dirs)
 
@@ -475,6 +480,10 @@ def _check_same_choices(study, distributions: dict) -> None:
 
 
 SAMPLER_PACKAGES = {"CmaEsSampler": ("cmaes",), "GPSampler": ("torch", "scipy")}  # Optuna imports them late
+
+
+def _numbers(trials) -> str:
+    return ", ".join(map(str, trials))
 
 
 def _check_sampler_packages(cfg) -> None:
