@@ -54,6 +54,18 @@ def test_sigterm_while_a_run_finishes_lets_it_finish(data_dir, tmp_path):
     assert_saves_complete(run_dir, results["steps"])
 
 
+def test_sigterm_while_a_run_closes_its_outputs_lets_it_finish(data_dir, tmp_path):
+    """Sent while a complete run closes its checkpoints and logs, it ended the process with 143 without a word,
+    as if the run had been stopped, though its results were written."""
+    run_dir = tmp_path / "run"
+    done = train_signalled_in("zoo.outputs", "RunOutputs.close", ["debug=smoke", f"hydra.run.dir={run_dir}"],
+                              data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "SIGTERM arrived while the run finished; it completed first" in done.stderr + done.stdout
+    results = json.loads((run_dir / "results.json").read_text())
+    assert_saves_complete(run_dir, results["steps"])
+
+
 def test_sigterm_after_a_run_completed_exits_0(data_dir, tmp_path):
     """Sent while the process exits (Hydra's end callbacks), it ended a complete run with 143, as if stopped."""
     run_dir = tmp_path / "run"

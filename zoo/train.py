@@ -180,8 +180,10 @@ def train(cfg: DictConfig) -> dict:
     log_ema(cfg)
     if cfg.trainer.profile:
         jax.profiler.start_trace(os.path.join(cfg.paths.output_dir, "profile"))
-    try:
-        with stop_on_signals() as stop:  # held until the run is finished: a signal while it finishes lets it finish
+    # held until the outputs are closed: a signal while the run finishes, or while it closes its checkpoints and
+    # logs (its results written), lets it finish; killed there it ended with 143 without a word
+    with stop_on_signals() as stop:
+        try:
             state, train_metrics, examples_per_s, step = fit(
                 state, compiled, run.feed, run.eval_sets, cfg.trainer, out.end_step, out.logger,
                 start_step=out.start_step, sums=out.sums, save=out.save, stop=stop,
@@ -192,12 +194,12 @@ def train(cfg: DictConfig) -> dict:
                     out.ckpts.wait()
                 raise preempted(step, stop.signum, cfg.paths.output_dir, saved=out.ckpts is not None)
             results, state = _finish(cfg, run, out, state, step, train_metrics, examples_per_s, model, t0)
-            if stop:  # the signal came while the complete run finished: finishing was quicker than stopping
-                log.info("%s arrived while the run finished; it completed first", signal.Signals(stop.signum).name)
-    finally:
-        if cfg.trainer.profile:
-            jax.profiler.stop_trace()
-        out.close()
+        finally:
+            if cfg.trainer.profile:
+                jax.profiler.stop_trace()
+            out.close()
+        if stop:  # the signal came while the complete run finished: finishing was quicker than stopping
+            log.info("%s arrived while the run finished; it completed first", signal.Signals(stop.signum).name)
     return {**results, "state": mode.get(state)}
 
 
