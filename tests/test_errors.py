@@ -828,6 +828,23 @@ def test_divergence_stops_with_the_guard_and_keeps_the_last_good_checkpoint(make
     assert steps and steps[-1] < bad_step
 
 
+@pytest.mark.parametrize("overrides,advice", [
+    (["dataset=synthetic_linear", "model=linear", "dataset.noise=1e19"],
+     "lower optimizer.learning_rate or set trainer.clip_norm, or lower dataset.noise (now 1e+19), which sets the "
+     "targets' scale."),
+    (["privacy=dpsgd", "optimizer=sgd", "privacy.noise_multiplier=1", "privacy.l2_clip=1e15"],
+     "lower optimizer.learning_rate or privacy.l2_clip (now 1e+15; the noise's std is privacy.noise_multiplier x "
+     "privacy.l2_clip), or set trainer.clip_norm."),
+], ids=["synthetic-noise", "dpsgd-clip"])
+def test_a_non_finite_loss_names_the_settings_of_the_run_that_can_cause_it(make_cfg, overrides, advice):
+    """The advice named only optimizer.learning_rate and trainer.clip_norm: a synthetic_linear noise whose targets'
+    squares float32 cannot hold makes the loss inf at any learning rate; under DP-SGD the noise scales with
+    privacy.l2_clip."""
+    with pytest.raises(NonFiniteLoss) as err:
+        train(make_cfg("debug=smoke", *overrides))
+    assert str(err.value).endswith(advice), str(err.value)
+
+
 def test_nan_check_step_stops_at_the_first_bad_batch(make_cfg):
     # the losses of steps 1, 2, 3 are 2.31, 5.9e16, inf: step 3 is the first bad batch, named exactly
     with pytest.raises(NonFiniteLoss, match=r"training loss became non-finite (by|at) step 3 "):

@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass
 
 import jax
+from omegaconf import OmegaConf
 
 from zoo.errors import UserError
 from zoo.parallel.distributed import agree_on_stop
@@ -65,13 +66,31 @@ def evaluate(state, compiled: Compiled, device_batches: list, expected_count: in
     return metrics
 
 
-def check_finite(metrics: dict, step: int, last_finite, position=None) -> None:
-    """`position` (epoch, index in epoch) of the batch of `step` when every step is checked."""
+def divergence_advice(cfg=None) -> str:
+    """What to change when a run's loss or parameters turn non-finite, `cfg` its whole config: the learning rate or
+    gradient clipping, and the settings of this run that scale its updates or its loss besides them (under
+    privacy=dpsgd the noise, whose std is privacy.noise_multiplier x privacy.l2_clip; synthetic_linear's targets,
+    whose squares float32 cannot hold beyond a dataset.noise of ~1e19, at any learning rate)."""
+    privacy = OmegaConf.select(cfg, "privacy") if cfg is not None else None
+    if privacy is not None and privacy.get("mode") == "dpsgd":
+        advice = (f"lower optimizer.learning_rate or privacy.l2_clip (now {float(privacy.l2_clip):g}; the noise's "
+                  "std is privacy.noise_multiplier x privacy.l2_clip), or set trainer.clip_norm")
+    else:
+        advice = "lower optimizer.learning_rate or set trainer.clip_norm"
+    noise = OmegaConf.select(cfg, "dataset.noise") if cfg is not None else None
+    if noise is not None:
+        advice += f", or lower dataset.noise (now {float(noise):g}), which sets the targets' scale"
+    return advice
+
+
+def check_finite(metrics: dict, step: int, last_finite, position=None, advice: str | None = None) -> None:
+    """`position` (epoch, index in epoch) of the batch of `step` when every step is checked; `advice`: what to
+    change (divergence_advice), by default the learning rate or gradient clipping."""
     if not math.isfinite(metrics["loss"]):
         where = f"at step {step} (batch {position[1]} of epoch {position[0]}; " if position else f"by step {step} ("
         last = "none" if last_finite is None else f"{last_finite:.4g}"
-        raise NonFiniteLoss(f"training loss became non-finite {where}last finite loss: {last}); lower "
-                            "optimizer.learning_rate or set trainer.clip_norm.")
+        raise NonFiniteLoss(f"training loss became non-finite {where}last finite loss: {last}); "
+                            f"{advice or divergence_advice()}.")
 
 
 def next_boundary(step: int, total: int, *periods: int) -> int:
@@ -97,7 +116,7 @@ def call_length(cfg, steps_per_call: int, remaining: int, saving: bool = True) -
 
 
 def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int, logger, *, start_step: int = 0,
-        sums=None, save=None, stop=None, on_eval=None, stop_early=None, eval_at_start=False):
+        sums=None, save=None, stop=None, on_eval=None, stop_early=None, eval_at_start=False, advice=None):
     """Run steps [start_step, total_steps): log every log_every, evaluate every eval_every steps.
 
     `feed` (zoo.data.feed.TrainFeed) hands each call its steps' data. A call runs to the next log, eval or
@@ -110,6 +129,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
     `stop_early(step, eval metrics)` returning true (early stopping) saves and ends the run there; with it
     every periodic eval is also checkpointed, so the best one can be restored.
     `eval_at_start`: the periodic eval due at start_step was not made (the run resumed from ended there).
+    `advice`: what a non-finite loss tells to change (divergence_advice of the run's config).
     Returns (state, last logged train metrics, examples/s, last step run).
     """
     mode = compiled.mode
@@ -150,7 +170,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
             interval = compiled.task.metrics(compiled.get_sums(acc))  # the routine host sync
             acc = zeros
             if interval["count"]:  # none under DP-SGD when every sample of the interval was empty: no row
-                check_finite(interval, step, last_finite, feed.position(step - 1) if each_step else None)
+                check_finite(interval, step, last_finite, feed.position(step - 1) if each_step else None, advice)
                 train_metrics, last_finite = interval, interval["loss"]
                 now = time.perf_counter()
                 examples_per_s = (step - last_logged) * feed.batch_size / max(now - t_log, 1e-9)

@@ -17,7 +17,7 @@ from zoo.checkpoint import Checkpoints
 from zoo.cli import in_multirun, named_run_dir, new_run_dir, run_dir_setting, shared_job_dir
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import RunRefused, UserError
-from zoo.loop import NonFiniteLoss, metric_summary
+from zoo.loop import NonFiniteLoss, divergence_advice, metric_summary
 from zoo.optim import learning_rate_at
 from zoo.parallel.distributed import is_primary
 from zoo.privacy.plan import EpsilonLogger
@@ -237,7 +237,7 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
         host_state = jax.device_get(state)
         if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(host_state.params)):
             raise NonFiniteLoss(f"parameters became non-finite by step {step}; the checkpoint was not written "
-                                "— lower optimizer.learning_rate or set trainer.clip_norm.")
+                                f"— {divergence_advice(cfg)}.")
         epoch, index = stream.position(step)  # informative: the step alone decides the next batch
         meta = {"step": step, "epoch": epoch, "index": index, "metrics": eval_metrics, "config": config,
                 "total_steps": total_steps}
@@ -298,11 +298,11 @@ def objective_of(cfg: DictConfig, results: dict, task):
     """The value of what a sweeper optimises (Task.optimized); a list of names gives one value each."""
     names = task.optimized(cfg)
     if isinstance(names, str):
-        return _result_value(names, results)
-    return [_result_value(str(name), results) for name in names]
+        return _result_value(names, results, cfg)
+    return [_result_value(str(name), results, cfg) for name in names]
 
 
-def _result_value(name: str, results: dict) -> float:
+def _result_value(name: str, results: dict, cfg: DictConfig) -> float:
     split, _, metric = name.partition("/")
     try:
         value = float(results[split][metric] if metric else results[split])
@@ -310,7 +310,7 @@ def _result_value(name: str, results: dict) -> float:
         choices = [f"{s}/{m}" for s in ("test", "validation", "train") for m in results.get(s, {})]
         raise UserError(f"optimized_metric={name!r} is not in the results; use one of {choices}.") from None
     if not np.isfinite(value):  # a sweeper given NaN would end the whole sweep; raising fails this trial only
-        raise NonFiniteLoss(f"the objective {name} is {value}; lower optimizer.learning_rate or set trainer.clip_norm.")
+        raise NonFiniteLoss(f"the objective {name} is {value}; {divergence_advice(cfg)}.")
     return value
 
 

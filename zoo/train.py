@@ -13,7 +13,7 @@ from zoo.config import validate
 from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
 from zoo.data.feed import TrainFeed, fits_on_device
 from zoo.errors import UserError
-from zoo.loop import DEFAULT_STEPS_PER_CALL, Compiled, call_length, evaluate, fit, total_steps_for
+from zoo.loop import DEFAULT_STEPS_PER_CALL, Compiled, call_length, divergence_advice, evaluate, fit, total_steps_for
 from zoo.early_stopping import restore_best
 from zoo.ema import evaluating_averaged
 from zoo.optim import build_optimizer, check_run_length
@@ -188,7 +188,7 @@ def train(cfg: DictConfig) -> dict:
                 state, compiled, run.feed, run.eval_sets, cfg.trainer, out.end_step, out.logger,
                 start_step=out.start_step, sums=out.sums, save=out.save, stop=stop,
                 on_eval=eval_reporter(cfg, compiled.task), stop_early=out.early.update if out.early else None,
-                eval_at_start=out.eval_at_start)
+                eval_at_start=out.eval_at_start, advice=divergence_advice(cfg))
             if stop and step < out.end_step:  # stopped before its end, and saved there
                 if out.ckpts:
                     out.ckpts.wait()
