@@ -505,6 +505,17 @@ def test_an_unknown_dataset_name_is_one_sentence(make_cfg, embedded, message):
         train(make_cfg("debug=smoke", "dataset.tfds_name=no_such_ds", f"dataset.embedded={embedded}"))
 
 
+@pytest.mark.parametrize("dataset", ["digits", "diabetes", "synthetic_linear"])
+def test_an_embedded_dataset_read_as_a_catalog_one_names_dataset_embedded(make_cfg, dataset):
+    """It was told to download zoo_digits on a machine with internet and TensorFlow, which no catalog holds, or to
+    pick an embedded dataset: the one it had."""
+    name = f"zoo_{dataset}"
+    with pytest.raises(UserError, match=rf"^dataset={dataset} \(dataset\.tfds_name={name}\) cannot be downloaded: "
+                                        rf"{name} is one of the zoo's embedded datasets, which are made on this "
+                                        r"machine, never downloaded; set dataset\.embedded=true\.$"):
+        train(make_cfg("debug=smoke", f"dataset={dataset}", "model=linear", "dataset.embedded=false"))
+
+
 def test_a_finished_run_without_checkpoints_is_not_overwritten(make_cfg, tmp_path):
     train(make_cfg("debug=smoke", "checkpoint.enabled=false"))
     results = (tmp_path / "run" / "results.json").read_text()

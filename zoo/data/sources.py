@@ -163,6 +163,15 @@ def _prepared_dir(tfds_name: str) -> str:
     return tfds_name.replace(":", "/")
 
 
+def _refuse_an_embedded_name_from_the_catalog(cfg) -> None:
+    """An embedded builder read as a catalog dataset (dataset.embedded=false) was looked for on the network, and the
+    refusal told to download it elsewhere, which no catalog holds, or to pick an embedded dataset: the one it had."""
+    name = cfg.tfds_name.split(":")[0].split("/")[0]  # zoo_digits:1.0.0, zoo_digits/config
+    if not cfg.embedded and name in BUILDERS:
+        raise UserError(f"{_catalog_name(cfg)} cannot be downloaded: {name} is one of the zoo's embedded datasets, "
+                        "which are made on this machine, never downloaded; set dataset.embedded=true.")
+
+
 def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
     return UserError(
         f"{_catalog_name(cfg)} is not prepared in paths.data_dir={data_dir} and could not be downloaded "
@@ -268,6 +277,7 @@ def _read_arrays(sources, keys, expected) -> dict:
 
 def read_splits(cfg, data_dir: str) -> dict:
     """{'train': (x, y), 'test': (x, y)} as numpy, in the stored (deterministic) order."""
+    _refuse_an_embedded_name_from_the_catalog(cfg)
     if not data_dir:  # TFDS would read the command's directory, and makedirs('') fails with "No such file"
         raise UserError("paths.data_dir is empty (as is TFDS_DATA_DIR when it is set but empty); set "
                         "paths.data_dir to the directory that holds (or is to hold) the prepared datasets.")
