@@ -846,11 +846,15 @@ def test_divergence_stops_with_the_guard_and_keeps_the_last_good_checkpoint(make
     (["privacy=dpsgd", "optimizer=sgd", "privacy.noise_multiplier=1", "privacy.l2_clip=1e15"],
      "lower optimizer.learning_rate or privacy.l2_clip (now 1e+15; the noise's std is privacy.noise_multiplier x "
      "privacy.l2_clip), or set trainer.clip_norm."),
-], ids=["synthetic-noise", "dpsgd-clip"])
+    (["optimizer.weight_decay=1e6"],
+     "lower optimizer.learning_rate or set trainer.clip_norm, or lower optimizer.weight_decay (now 1e+06: each step "
+     "multiplies the parameters by 1 - optimizer.learning_rate x optimizer.weight_decay = -999)."),
+    (["optimizer.learning_rate=1e6"], "; lower optimizer.learning_rate or set trainer.clip_norm."),  # the rate's fault
+], ids=["synthetic-noise", "dpsgd-clip", "weight-decay", "learning-rate"])
 def test_a_non_finite_loss_names_the_settings_of_the_run_that_can_cause_it(make_cfg, overrides, advice):
     """The advice named only optimizer.learning_rate and trainer.clip_norm: a synthetic_linear noise whose targets'
     squares float32 cannot hold makes the loss inf at any learning rate; under DP-SGD the noise scales with
-    privacy.l2_clip."""
+    privacy.l2_clip; a weight decay past 1 / learning rate grows the parameters whatever the gradients."""
     with pytest.raises(NonFiniteLoss) as err:
         train(make_cfg("debug=smoke", *overrides))
     assert str(err.value).endswith(advice), str(err.value)

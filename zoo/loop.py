@@ -70,16 +70,24 @@ def divergence_advice(cfg=None) -> str:
     """What to change when a run's loss or parameters turn non-finite, `cfg` its whole config: the learning rate or
     gradient clipping, and the settings of this run that scale its updates or its loss besides them (under
     privacy=dpsgd the noise, whose std is privacy.noise_multiplier x privacy.l2_clip; synthetic_linear's targets,
-    whose squares float32 cannot hold beyond a dataset.noise of ~1e19, at any learning rate)."""
-    privacy = OmegaConf.select(cfg, "privacy") if cfg is not None else None
-    if privacy is not None and privacy.get("mode") == "dpsgd":
-        advice = (f"lower optimizer.learning_rate or privacy.l2_clip (now {float(privacy.l2_clip):g}; the noise's "
-                  "std is privacy.noise_multiplier x privacy.l2_clip), or set trainer.clip_norm")
+    whose squares float32 cannot hold beyond a dataset.noise of ~1e19, at any learning rate; a decoupled weight
+    decay past 2 / learning rate, which grows the parameters whatever the gradients)."""
+    def setting(key):
+        return None if cfg is None else OmegaConf.select(cfg, key)
+
+    if setting("privacy.mode") == "dpsgd":
+        advice = (f"lower optimizer.learning_rate or privacy.l2_clip (now {float(setting('privacy.l2_clip')):g}; the "
+                  "noise's std is privacy.noise_multiplier x privacy.l2_clip), or set trainer.clip_norm")
     else:
         advice = "lower optimizer.learning_rate or set trainer.clip_norm"
-    noise = OmegaConf.select(cfg, "dataset.noise") if cfg is not None else None
+    noise = setting("dataset.noise")
     if noise is not None:
         advice += f", or lower dataset.noise (now {float(noise):g}), which sets the targets' scale"
+    decay, rate = setting("optimizer.weight_decay"), setting("optimizer.learning_rate")
+    # each step's factor 1 - rate x decay is beyond -1; a rate above 1 is the cause to name, which the advice does
+    if decay and rate and float(decay) * float(rate) > 2 and float(rate) <= 1:
+        advice += (f", or lower optimizer.weight_decay (now {float(decay):g}: each step multiplies the parameters by "
+                   f"1 - optimizer.learning_rate x optimizer.weight_decay = {1 - float(decay) * float(rate):g})")
     return advice
 
 
