@@ -860,6 +860,17 @@ def test_a_non_finite_loss_names_the_settings_of_the_run_that_can_cause_it(make_
     assert str(err.value).endswith(advice), str(err.value)
 
 
+def test_an_r2_objective_undefined_on_its_split_names_the_split_not_the_learning_rate(make_cfg):
+    """R^2 of a validation split of one example (its targets cannot vary) is NaN however well the run trained: it
+    was blamed on optimizer.learning_rate."""
+    with pytest.raises(UserError, match=r"^the objective validation/r2 is nan: R² is undefined on the validation "
+                                        r"split \(1 example\), whose targets do not vary measurably; carve a larger "
+                                        r"one with dataset\.validation_fraction \(now 0\.0001\), or optimise "
+                                        r"validation/loss\.$"):
+        train(make_cfg("debug=smoke", "dataset=diabetes", "model=linear", "dataset.validation_fraction=0.0001",
+                       "optimized_metric=validation/r2"))
+
+
 def test_nan_check_step_stops_at_the_first_bad_batch(make_cfg):
     # the losses of steps 1, 2, 3 are 2.31, 5.9e16, inf: step 3 is the first bad batch, named exactly
     with pytest.raises(NonFiniteLoss, match=r"training loss became non-finite (by|at) step 3 "):

@@ -310,6 +310,14 @@ def _result_value(name: str, results: dict, cfg: DictConfig) -> float:
         choices = [f"{s}/{m}" for s in ("test", "validation", "train") for m in results.get(s, {})]
         raise UserError(f"optimized_metric={name!r} is not in the results; use one of {choices}.") from None
     if not np.isfinite(value):  # a sweeper given NaN would end the whole sweep; raising fails this trial only
+        held_out = results.get(split) if split in ("validation", "test") else None
+        if metric == "r2" and held_out and np.isfinite(held_out.get("loss", np.nan)):
+            # the run trained well enough: R^2 divides by the split's target variance, which a tiny split lacks
+            count = held_out.get("count", 0)
+            raise UserError(f"the objective {name} is {value}: R² is undefined on the {split} split ({count} example"
+                            f"{'' if count == 1 else 's'}), whose targets do not vary measurably; carve a larger one "
+                            f"with dataset.{split}_fraction (now {cfg.dataset[split + '_fraction']}), or optimise "
+                            f"{split}/loss.")
         raise NonFiniteLoss(f"the objective {name} is {value}; {divergence_advice(cfg)}.")
     return value
 
