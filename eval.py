@@ -6,8 +6,9 @@ from zoo.startup import loading_libraries
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import READER_CTRL_C, main_with_one_line_ctrl_c, refuse_bare_paths, refuse_null_groups, run_task
-    from zoo.config import register_configs
+    from zoo.cli import (READER_CTRL_C, main_with_one_line_ctrl_c, refuse_bare_paths, refuse_null_groups,
+                         refuse_training_settings, run_task)
+    from zoo.config import EvalConfig, register_configs
     from zoo.evaluate import evaluate
 
 register_configs()
@@ -20,5 +21,6 @@ def main(cfg):
 
 if __name__ == "__main__":
     refuse_null_groups(sys.argv[1:])
+    refuse_training_settings(sys.argv[1:], "eval.py", EvalConfig)
     refuse_bare_paths(sys.argv[1:])
     main_with_one_line_ctrl_c(main, READER_CTRL_C)

@@ -107,6 +107,21 @@ def test_a_path_without_its_key_is_one_sentence_naming_the_key(data_dir, tmp_pat
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == "error: " + message.format(**fill)
 
 
+@pytest.mark.parametrize("script,arg", [("eval.py", "dataset=mnist"), ("eval.py", "+model=cnn"),
+                                        ("export.py", "model.hidden=[8]"), ("predict.py", "parallel=pmap")])
+def test_a_training_setting_given_to_a_reader_of_runs_is_one_sentence(data_dir, tmp_path, script, arg):
+    """Hydra refused it (exit 1) with the hint to append it, +dataset=mnist, which failed again: 'Key 'dataset' not
+    in 'EvalConfig''. Neither said that the run's checkpoint decides the model and dataset."""
+    (tmp_path / "run").mkdir()
+    done = run([f"run_dir={tmp_path / 'run'}", "input=x.npy" if script == "predict.py" else "checkpoint=final", arg],
+               data_dir, script=script)
+    key = arg.lstrip("+")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: {key} is not a setting of {script}, which reads the model, dataset and training settings of the run "
+        f"that run_dir names from the run itself; remove {arg}.")
+
+
 def test_a_refused_command_leaves_the_runs_hydra_record_as_it_was(data_dir, tmp_path):
     run_dir = tmp_path / "run"
     assert run(["debug=smoke", "model.hidden=[16]", f"hydra.run.dir={run_dir}"], data_dir).returncode == 0
