@@ -1026,6 +1026,29 @@ def test_a_run_dir_inside_a_runs_checkpoints_is_refused(tmp_path, capsys):
     assert elsewhere.is_dir()
 
 
+def test_a_run_dir_inside_a_runs_export_is_refused(tmp_path, capsys):
+    """export.py replaces a run's export/ whole: a run trained inside it was deleted, checkpoints and all, by the next
+    export of the run around it."""
+    from omegaconf import OmegaConf
+
+    run = tmp_path / "r"
+    (run / "export").mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    for setting, path in [("hydra.run.dir", run / "export"), ("hydra.run.dir", run / "export" / "new"),
+                          ("hydra.sweep.dir", run / "export")]:
+        key = setting.split(".")[1]
+        config = OmegaConf.create({"hydra": {key: {"dir": str(path)}, "output_subdir": ".hydra"}})
+        with pytest.raises(SystemExit) as exit_:
+            (RunDirCheck().on_run_start if key == "run" else RunDirCheck().on_multirun_start)(config)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == (f"error: {setting}={path} is inside a run's export/ ({run}), which "
+                                           f"export.py replaces whole; choose another {setting} outside it.\n")
+    assert not (run / "export" / "new").exists()
+    elsewhere = tmp_path / "export" / "exp1"  # a folder of that name beside no run is anyone's to use
+    RunDirCheck().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(elsewhere)}, "output_subdir": ".hydra"}}))
+    assert elsewhere.is_dir()
+
+
 def test_a_run_in_a_sweeps_root_and_a_sweep_in_a_runs_directory_are_refused(tmp_path, capsys):
     """A sweep's summary lists the job directories below its root, stopping at the first: a run in the root
     stood as the sweep's only job, and a sweep in a run's directory listed that run alone, not its own jobs."""

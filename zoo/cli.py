@@ -157,6 +157,7 @@ class RunDirCheck(Callback):
         # ${now:...} is a cached resolver on this very config object, so Hydra then uses the same directory.
         run_dir = str(config.hydra.run.dir)
         _exit_if_inside_checkpoints(run_dir, "hydra.run.dir")
+        _exit_if_inside_an_export(run_dir, "hydra.run.dir")
         _exit_if_unwritable(run_dir, "hydra.run.dir")
         _exit_if_in_the_way(run_dir, config, "hydra.run.dir")
         if os.path.isfile(os.path.join(run_dir, "multirun.yaml")):  # the summary stops at the first job dir down
@@ -172,6 +173,7 @@ class RunDirCheck(Callback):
         _exit_if_no_jobs(config)  # before the sweep dir is made: nothing would go into it
         _exit_if_submitit_cannot_run(config)
         _exit_if_inside_checkpoints(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
+        _exit_if_inside_an_export(config.hydra.sweep.dir, "hydra.sweep.dir")
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
         own_job_at_root = _holds_its_own_job(sweep, config)
@@ -295,6 +297,18 @@ def _exit_if_inside_checkpoints(path: str, setting: str) -> None:
     if run:
         exit_with(UserError(f"{setting}={path} is inside a run's checkpoints/ ({run}), whose old steps are deleted "
                             f"as it trains; choose another {setting} outside it."))
+
+
+def _exit_if_inside_an_export(path: str, setting: str) -> None:
+    """export.py replaces a run's export/ whole (zoo.export.artifact.write_directory): a run trained inside it was
+    deleted, checkpoints and all, by the next export of the run around it."""
+    folder = os.path.abspath(path)
+    while os.path.dirname(folder) != folder:
+        run = os.path.dirname(folder)
+        if os.path.basename(folder) == "export" and holds_training_run(run):
+            exit_with(UserError(f"{setting}={path} is inside a run's export/ ({run}), which export.py replaces whole; "
+                                f"choose another {setting} outside it."))
+        folder = run
 
 
 def _exit_if_unwritable(path: str, setting: str) -> None:
