@@ -516,6 +516,17 @@ def test_an_embedded_dataset_read_as_a_catalog_one_names_dataset_embedded(make_c
         train(make_cfg("debug=smoke", f"dataset={dataset}", "model=linear", "dataset.embedded=false"))
 
 
+def test_a_compilation_cache_dir_that_cannot_be_written_is_named_in_a_warning(make_cfg, tmp_path, caplog):
+    """JAX warned 'Error reading persistent compilation cache entry ... File exists' at the programs it could not
+    cache, naming neither the setting nor what to do; the run trains uncached and says so once."""
+    in_the_way = tmp_path / "a_file"
+    in_the_way.write_text("")
+    results = train(make_cfg("debug=smoke", f"paths.compilation_cache_dir={in_the_way}"))
+    assert results["test"]["count"] == 359
+    assert (f"paths.compilation_cache_dir={in_the_way} cannot be written (File exists), so compiled programs are not "
+            "cached; set it to a writable directory, or to null to turn the cache off") in caplog.text
+
+
 def test_a_finished_run_without_checkpoints_is_not_overwritten(make_cfg, tmp_path):
     train(make_cfg("debug=smoke", "checkpoint.enabled=false"))
     results = (tmp_path / "run" / "results.json").read_text()

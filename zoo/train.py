@@ -9,6 +9,7 @@ import jax
 from flax import nnx
 from omegaconf import DictConfig, OmegaConf
 
+from zoo.cli import unwritable_reason
 from zoo.config import validate
 from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
 from zoo.data.feed import TrainFeed, fits_on_device
@@ -48,7 +49,13 @@ class Run:
 
 def setup_compilation_cache(path) -> None:
     if path:
-        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
+        path = os.path.expanduser(path)
+        reason = unwritable_reason(path)
+        if reason:  # JAX would warn at each program it could not cache, naming neither the setting nor a remedy
+            log.warning("paths.compilation_cache_dir=%s cannot be written (%s), so compiled programs are not cached; "
+                        "set it to a writable directory, or to null to turn the cache off", path, reason)
+            return
+        jax.config.update("jax_compilation_cache_dir", path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
