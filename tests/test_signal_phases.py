@@ -84,6 +84,22 @@ def test_sigterm_before_training_ends_the_process_at_once(data_dir, tmp_path):
     assert not (run_dir / "results.json").exists() and not list(run_dir.glob("checkpoints/*"))
 
 
+def test_sigterm_while_a_dataset_is_prepared_leaves_nothing_the_rerun_reads(tmp_path):
+    """SIGTERM keeps its default while the data is prepared (the process ends at once, 143): TFDS's incomplete.*
+    directory stays, and the rerun prepares the dataset again from scratch, as a run never stopped does."""
+    args = ["debug=smoke", "dataset=synthetic_linear", "model=linear", "dataset.num_examples=500"]
+    stopped = train_signalled_in("tensorflow_datasets.core.writer", "Writer.finalize",
+                                 [*args, f"hydra.run.dir={tmp_path / 'run'}"], str(tmp_path / "data"))
+    assert stopped.returncode == -signal.SIGTERM
+    assert list((tmp_path / "data").rglob("incomplete.*")) and not list((tmp_path / "data").rglob("dataset_info.json"))
+    for data, run in (("data", "run"), ("fresh", "clean")):
+        done = subprocess.run([sys.executable, "train.py", *args, f"hydra.run.dir={tmp_path / run}"], cwd=ROOT,
+                              env=subprocess_env(str(tmp_path / data)), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads((tmp_path / run / "results.json").read_text()) for run in ("run", "clean")]
+    assert results[0]["test"] == results[1]["test"] and results[0]["test"]["count"] == 100
+
+
 def test_sigterm_while_a_population_finishes_lets_its_members_finish(data_dir, tmp_path):
     sweep = tmp_path / "sweep"
     done = train_signalled_in("zoo.population.train", "_finish", ["-m", "debug=smoke", "seed=0,1",
