@@ -787,6 +787,23 @@ def test_eval_of_a_folder_inside_or_above_a_run_names_the_run(make_cfg, trained,
         evaluate(eval_cfg(make_cfg, sweep))
 
 
+def test_eval_of_a_folder_of_runs_names_its_newest_run(make_cfg, tmp_path):
+    """outputs/ or outputs/<date>/ (a path completed one level short) was told to be trained, with
+    checkpoint.enabled=true."""
+    import os
+
+    outputs = tmp_path / "outputs"
+    for i, name in enumerate(("09-00-00", "10-00-00")):
+        (outputs / "2026-12-05" / name / "checkpoints").mkdir(parents=True)
+        os.utime(outputs / "2026-12-05" / name, (1000 + i, 1000 + i))
+    (outputs / "eval" / "2026-12-05" / "11-00-00-000001" / ".hydra").mkdir(parents=True)  # eval.py's: no run
+    newest = outputs / "2026-12-05" / "10-00-00"
+    for folder in (outputs, outputs / "2026-12-05"):
+        with pytest.raises(UserError, match=rf"^run_dir={folder} is not a run but holds runs below it; pass one of "
+                                            rf"them, e\.g\. the newest, run_dir={newest}\.$"):
+            evaluate(eval_cfg(make_cfg, folder))
+
+
 def test_eval_of_a_sweep_job_that_failed_before_its_first_checkpoint_says_why(make_cfg, tmp_path):
     job = tmp_path / "sweep" / "1"
     (job / "checkpoints").mkdir(parents=True)

@@ -6,7 +6,7 @@ import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import launch_dir_path, require_dir, run_whose_checkpoints_hold, unwritable_reason
+from zoo.cli import holds_training_run, launch_dir_path, require_dir, run_whose_checkpoints_hold, unwritable_reason
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
 from zoo.files import load_json, write_json
@@ -94,7 +94,27 @@ def _not_a_run(run_dir: str):
     if jobs:
         return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "
                 "(its summary.md ranks them).")
+    runs = _runs_below(run_dir)
+    if runs:  # outputs/ or outputs/<date>/: was told to be trained itself
+        newest = max(runs, key=os.path.getmtime)
+        return (f"run_dir={run_dir} is not a run but holds runs below it; pass one of them, e.g. the newest, "
+                f"run_dir={newest}.")
     return None
+
+
+def _runs_below(folder: str, depth: int = 2) -> list:
+    """Training runs in the folders `depth` levels below `folder` at most (outputs/<date>/<time>)."""
+    try:
+        below = [os.path.join(folder, name) for name in os.listdir(folder)]
+    except OSError:
+        return []
+    runs = []
+    for path in filter(os.path.isdir, below):
+        if holds_training_run(path):
+            runs.append(path)
+        elif depth > 1:
+            runs += _runs_below(path, depth - 1)
+    return runs
 
 
 def _naming_the_other_steps(error: UserError, ckpts: Checkpoints, candidates) -> UserError:
