@@ -140,6 +140,18 @@ def test_with_nan_check_step_a_diverging_member_names_its_batch_as_its_solo_run_
     assert outcomes[0]["steps"] == 12
 
 
+def test_a_diverging_member_names_the_settings_of_its_own_config_as_its_solo_run_does(make_cfg):
+    """Member 1's weight decay times its learning rate is past 2 (each step multiplies its parameters by -4999):
+    its advice names optimizer.weight_decay, as its solo run's does; member 0's rate keeps it in bounds."""
+    grid = [("1e-7", "0"), ("0.05", "0")]
+    common = ["optimizer=adamw", "optimizer.weight_decay=1e5"]
+    outcomes = train_population(configs(make_cfg, "pop", *common, grid=grid))
+    with pytest.raises(NonFiniteLoss) as solo:
+        train(make_cfg(*SMALL, *common, "optimizer.learning_rate=0.05", out="solo"))
+    assert "optimizer.weight_decay (now 100000" in str(solo.value) and str(outcomes[1]) == str(solo.value)
+    assert outcomes[0]["steps"] == 12
+
+
 def test_a_member_that_cannot_open_its_run_dir_leaves_the_others_their_own_dropout_rate(make_cfg):
     rates = ["0.3", "0.1", "0.1"]  # the survivors share 0.1, member 0's 0.3 must not become theirs
     cfgs = [make_cfg(*SMALL, "optimizer=sgd", f"model.dropout={p}", "trainer.resume=never",

@@ -4,6 +4,7 @@ A member whose loss turns non-finite fails, one its sweep's pruner stops is prun
 is done: each is frozen (its rows are masked, so the step leaves its state as it is) while the others go on.
 Members resumed from different steps wait, masked, until the population reaches their step.
 """
+import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,8 +15,8 @@ import numpy as np
 
 from zoo.data.pipeline import PADDING_STEP
 from zoo.errors import UserError
-from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, check_finite, next_boundary,
-                      call_length, log_period, logged_eval, metric_summary)
+from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, call_length, check_finite,
+                      divergence_advice, log_period, logged_eval, metric_summary, next_boundary)
 from zoo.population.logs import member_lines
 from zoo.population.program import member
 
@@ -33,6 +34,11 @@ class Member:
     train_metrics: dict = field(default_factory=dict)
     results: dict | None = None  # what its run reports once finished
     last_finite: float | None = None
+
+    @functools.cached_property
+    def advice(self) -> str:
+        """What a non-finite loss of this member tells to change: its own settings, as its solo run's says."""
+        return divergence_advice(self.outputs.cfg)
 
     def running_at(self, step: int) -> bool:
         return self.error is None and self.outputs.start_step <= step < self.end
@@ -124,7 +130,8 @@ def _log_train(program, accs, members, step, interval_start, seconds, task, each
             continue  # a member not started yet keeps its restored partial sums; an ended one logs no more
         metrics = task.metrics(member(host, i))
         try:
-            check_finite(metrics, step, m.last_finite, m.stream.position(step - 1) if each_step else None)
+            check_finite(metrics, step, m.last_finite, m.stream.position(step - 1) if each_step else None,
+                         m.advice)
         except NonFiniteLoss as e:
             m.error = e
             continue
