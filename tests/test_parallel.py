@@ -77,6 +77,13 @@ def test_batch_that_does_not_split_says_the_valid_sizes(make_cfg):
         train(make_cfg("debug=smoke", "parallel.mode=pmap", "parallel.cpu_devices=8", "trainer.batch_size=100"))
 
 
+def test_the_valid_sizes_named_fit_the_train_split(make_cfg):
+    """Digits' 1438 training examples over 4 devices: 1440 would be refused as larger than the train split."""
+    message = r"trainer\.batch_size=1438 does not split evenly across 4 devices; use 1436\.$"
+    with pytest.raises(UserError, match=message):
+        train(make_cfg("debug=smoke", "parallel.mode=pmap", "parallel.cpu_devices=4", "trainer.batch_size=1438"))
+
+
 def test_more_devices_than_the_process_has(make_cfg):
     with pytest.raises(UserError, match=r"parallel\.cpu_devices=16 but this process already started JAX with 8"):
         train(make_cfg("debug=smoke", "parallel.mode=sharded", "parallel.cpu_devices=16"))

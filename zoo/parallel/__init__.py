@@ -2,6 +2,7 @@
 import collections
 import os
 import warnings
+from typing import Optional
 
 import jax
 
@@ -93,10 +94,15 @@ def make_mode(cfg, devices: list):
     return ShardedMode(devices, fsdp=cfg.fsdp)
 
 
-def check_batch_divides(batch_size: int, num_devices: int) -> None:
+def check_batch_divides(batch_size: int, num_devices: int, train_examples: Optional[int] = None) -> None:
+    """`train_examples`: the train split's size, which no size named may exceed (it would be refused next)."""
     if batch_size % num_devices:
         lower = batch_size - batch_size % num_devices
-        sizes = f"{lower} or {lower + num_devices}" if lower else f"{num_devices}"
+        upper = lower + num_devices
+        if train_examples is not None and upper > train_examples and lower:
+            sizes = f"{lower}"
+        else:
+            sizes = f"{lower} or {upper}" if lower else f"{num_devices}"
         raise UserError(f"trainer.batch_size={batch_size} does not split evenly across {num_devices} devices; "
                         f"use {sizes}.")
 
