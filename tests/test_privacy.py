@@ -596,3 +596,16 @@ def test_the_plan_line_shows_a_small_epsilon_as_spent_not_as_zero(make_cfg, capl
     results = train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.target_epsilon=1e-4"))
     assert 0 < results["privacy"]["epsilon"] <= 1e-4
     assert f"epsilon {results['privacy']['epsilon']:.4g} at delta" in caplog.text and "epsilon 0.000 " not in caplog.text
+
+
+@pytest.mark.parametrize("overrides", [
+    ["privacy.target_epsilon=1e-4", "privacy.delta=1e-12"],  # PLD's grid keeps epsilon near 1e-3
+    ["privacy.target_epsilon=1e-6", "privacy.accountant=rdp", "privacy.delta=1e-200"],
+], ids=["pld-never-reaches-it", "rdp-needs-2.8e6"])
+def test_a_target_epsilon_no_noise_within_bounds_meets_is_one_sentence(make_cfg, tmp_path, overrides):
+    """The first ended in dp-accounting's NoBracketIntervalFoundError traceback; the second trained with a noise
+    multiplier of 2.8e6, which a privacy.noise_multiplier above 1e6 is refused for."""
+    with pytest.raises(UserError, match=r"^privacy\.target_epsilon=\S+ needs a noise multiplier above 1e\+06 at this "
+                                        r"privacy\.delta .* raise privacy\.target_epsilon or privacy\.delta\.$"):
+        train(make_cfg("debug=smoke", "privacy=dpsgd", *overrides))
+    assert not (tmp_path / "run").exists()

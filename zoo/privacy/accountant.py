@@ -12,7 +12,7 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from zoo.errors import UserError
-from zoo.privacy.config import MIN_NOISE_MULTIPLIER
+from zoo.privacy.config import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER
 
 # PLD's discretisation rounds pessimistically, so a coarser grid is still an upper bound: 1e-3 instead of the
 # default 1e-4 changed epsilon by < 1e-3 on digits and made each evaluation ~5x faster (0.2 s).
@@ -37,9 +37,18 @@ def solve_noise_multiplier(q: float, steps: int, target_epsilon: float, delta: f
     """The smallest noise multiplier >= MIN_NOISE_MULTIPLIER (to 1e-3) whose epsilon is at most the target."""
     if epsilon(q, MIN_NOISE_MULTIPLIER, steps, delta, accountant) <= target_epsilon:
         return MIN_NOISE_MULTIPLIER
-    return float(dp_accounting.calibrate_dp_mechanism(
+    # Beyond MAX_NOISE_MULTIPLIER the accountants' precision, not the noise, sets epsilon (PLD's grid keeps it near
+    # 1e-3 at a small delta, and the search for a bracket ends in a traceback): such a target is refused, as is
+    # that much noise given outright.
+    at_most = epsilon(q, MAX_NOISE_MULTIPLIER, steps, delta, accountant)
+    if not at_most <= target_epsilon:
+        raise UserError(f"privacy.target_epsilon={target_epsilon:g} needs a noise multiplier above "
+                        f"{MAX_NOISE_MULTIPLIER:g} at this privacy.delta (the {accountant} accountant gives epsilon "
+                        f"{at_most:.3g} there), where the noise drowns every gradient; raise privacy.target_epsilon "
+                        "or privacy.delta.")
+    return min(MAX_NOISE_MULTIPLIER, float(dp_accounting.calibrate_dp_mechanism(
         ACCOUNTANTS[accountant], lambda sigma: dpsgd_event(q, sigma, steps), target_epsilon, delta,
-        bracket_interval=dp_accounting.LowerEndpointAndGuess(MIN_NOISE_MULTIPLIER, 1.0), tol=1e-3))
+        bracket_interval=dp_accounting.LowerEndpointAndGuess(MIN_NOISE_MULTIPLIER, 1.0), tol=1e-3)))
 
 
 def steps_within(q: float, noise_multiplier: float, steps: int, target_epsilon: float, delta: float,
