@@ -82,6 +82,8 @@ def test_the_valid_sizes_named_fit_the_train_split(make_cfg):
     message = r"trainer\.batch_size=1438 does not split evenly across 4 devices; use 1436\.$"
     with pytest.raises(UserError, match=message):
         train(make_cfg("debug=smoke", "parallel.mode=pmap", "parallel.cpu_devices=4", "trainer.batch_size=1438"))
+    with pytest.raises(UserError, match=r"trainer\.batch_size=5000 is larger than the train split \(1438 examples\)"):
+        train(make_cfg("debug=smoke", "parallel.mode=pmap", "parallel.cpu_devices=3", "trainer.batch_size=5000"))
 
 
 def test_more_devices_than_the_process_has(make_cfg):

@@ -139,10 +139,11 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
         check_same_run(cfg.paths.output_dir, OmegaConf.to_container(cfg, resolve=True))
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
     data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
-    if for_training and cfg.privacy.mode != "dpsgd":  # the sizes it names fit the train split
-        check_batch_divides(cfg.trainer.batch_size, mode.num_devices, len(data.splits["train"]))
     task = TASKS[data.task]
     stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed, cfg.dataset.validation_fraction)
+    # after the stream has refused a batch above the train split, so that the sizes named fit the split
+    if for_training and cfg.privacy.mode != "dpsgd":
+        check_batch_divides(cfg.trainer.batch_size, mode.num_devices, len(data.splits["train"]))
     total_steps = total_steps_for(cfg.trainer, stream.steps_per_epoch, warn=for_training)
     check_run_length(cfg, total_steps, stream.steps_per_epoch)
     # a finished run's checkpoint is read, not trained on: its training plan would only be logged again, misleading
