@@ -469,3 +469,8 @@ def test_a_batch_its_solo_runs_cannot_split_over_their_devices_is_refused(make_c
     with pytest.raises(UserError, match="trainer.batch_size=6 does not split evenly across 4 devices"):
         train_population(cfgs)
     assert not any((pathlib.Path(c.paths.output_dir) / "metrics.jsonl").exists() for c in cfgs)
+    # digits' 1438 training examples: 1440, which its solo run names no more, would be refused as above the split
+    cfgs = configs(make_cfg, "big", "parallel=sharded", "parallel.cpu_devices=4", "trainer.batch_size=1438",
+                   "dataset.validation_fraction=0")
+    with pytest.raises(UserError, match=r"trainer\.batch_size=1438 does not split evenly across 4 devices; use 1436\.$"):
+        train_population(cfgs)

@@ -121,8 +121,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     cfg = cfgs[0]
     check_population_settings(cfg)
     devices = select_devices(cfg.parallel, cfg.distributed)
-    # each member's solo run splits its batch over these devices, and refuses a batch that does not divide
-    check_batch_divides(cfg.trainer.batch_size, len(devices) if cfg.parallel.mode == "sharded" else 1)
+    solo_devices = len(devices) if cfg.parallel.mode == "sharded" else 1  # what each member's solo run splits over
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
     data = _group_dataset(cfg)
     task, train_split = TASKS[data.task], data.splits["train"]
@@ -135,6 +134,9 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     devices = member_devices(cfg, devices, len(cfgs), train_split)
     streams = [TrainStream(train_split, cfg.trainer.batch_size, c.seed, cfg.dataset.validation_fraction)
                for c in cfgs]
+    # each member's solo run refuses a batch that does not divide over its devices (after the stream has refused
+    # one above the train split, so that the sizes named fit the split)
+    check_batch_divides(cfg.trainer.batch_size, solo_devices, len(train_split))
     total_steps = total_steps_for(cfg.trainer, streams[0].steps_per_epoch, warn=False)  # warned in each train.log
     check_run_length(cfg, total_steps, streams[0].steps_per_epoch)
     models = _member_models(cfg, data, [c.seed for c in cfgs])
