@@ -111,6 +111,18 @@ def test_a_prepared_copy_with_a_garbled_dataset_info_is_named_damaged(make_cfg, 
     assert info.read_text() == "garbage\n"
 
 
+def test_a_prepared_embedded_copy_without_its_dataset_info_is_named_damaged(make_cfg, tmp_path):
+    """TFDS takes the directory for prepared and reuses it, knowing no splits: it was a KeyError traceback."""
+    cfg = make_cfg("dataset=digits", f"paths.data_dir={tmp_path}").dataset
+    read_splits(cfg, str(tmp_path))
+    [info] = (tmp_path / "zoo_digits").rglob("dataset_info.json")
+    info.unlink()
+    copy = re.escape(str(info.parent))
+    with pytest.raises(UserError, match=rf"the prepared dataset=digits in {copy} is damaged \(its dataset_info\.json "
+                                        r"is missing\); delete that directory and the next run prepares"):
+        read_splits(cfg, str(tmp_path))
+
+
 def test_preparing_a_catalog_dataset_runs_tfds_own_builder_and_says_when_it_needs_tensorflow(make_cfg, tmp_path,
                                                                                             monkeypatch):
     """TFDS's real mnist builder on local files of the raw format; only the download itself is replaced."""

@@ -70,7 +70,9 @@ def _prepare_embedded(cfg, data_dir: str):
         raise Interrupted(f"interrupted while preparing dataset={cfg.name} in paths.data_dir={data_dir}; nothing "
                           "half-written was kept and the next run prepares it again.") from None
     if not builder.info.splits:  # a parallel job prepared it after this builder looked: TFDS reused that copy
-        return _open_embedded(cfg, data_dir)  # without reading its description, which opening it again does
+        builder = _open_embedded(cfg, data_dir)  # without reading its description, which opening it again does
+    if not builder.info.splits:  # TFDS reuses a directory of records whatever it lacks, its description too
+        raise _damaged(cfg, builder.data_dir, "its dataset_info.json is missing")
     return builder
 
 
