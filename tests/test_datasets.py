@@ -123,6 +123,22 @@ def test_a_prepared_embedded_copy_without_its_dataset_info_is_named_damaged(make
         read_splits(cfg, str(tmp_path))
 
 
+@pytest.mark.parametrize("online", [True, False], ids=["online", "offline"])
+def test_a_prepared_catalog_copy_without_its_dataset_info_is_named_damaged(make_cfg, tmp_path, monkeypatch, online):
+    """It was 'not prepared and could not be downloaded' (offline, or a KeyError online: TFDS reuses the directory
+    it would download into), whose advice to download or copy it again meets the same directory."""
+    cfg = _stand_in_for_mnist(make_cfg, tmp_path)
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    sources._open_catalog(cfg, str(tmp_path))
+    [info] = (tmp_path / "zoo_digits").rglob("dataset_info.json")
+    info.unlink()
+    monkeypatch.setattr(sources, "_network_reachable", lambda: online)
+    copy = re.escape(str(tmp_path / "zoo_digits"))
+    with pytest.raises(UserError, match=rf"the prepared dataset=mnist in {copy} is damaged \(its dataset_info\.json "
+                                        r"is missing\); delete that directory and the next run prepares"):
+        sources._open_catalog(cfg, str(tmp_path))
+
+
 def test_preparing_a_catalog_dataset_runs_tfds_own_builder_and_says_when_it_needs_tensorflow(make_cfg, tmp_path,
                                                                                             monkeypatch):
     """TFDS's real mnist builder on local files of the raw format; only the download itself is replaced."""
