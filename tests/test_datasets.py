@@ -227,6 +227,23 @@ def test_a_data_dir_that_is_a_file_is_named_as_such(make_cfg, tmp_path, monkeypa
         load_dataset(cfg.dataset, cfg.paths.data_dir)
 
 
+@pytest.mark.parametrize("below", [False, True], ids=["itself", "below"])
+@pytest.mark.parametrize("dataset", ["digits", "mnist"])
+def test_a_data_dir_through_a_dangling_link_names_the_missing_target(make_cfg, tmp_path, monkeypatch, dataset, below):
+    """A link to an unmounted disk: it said 'not writable (File exists)', or for a catalog dataset 'not prepared'."""
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    link = tmp_path / "tfds"
+    link.symlink_to(tmp_path / "unmounted" / "tfds")
+    cfg = make_cfg(f"dataset={dataset}", f"paths.data_dir={link / 'sub' if below else link}")
+    through = rf"/sub is reached through {re.escape(str(link))}, a link" if below else " is a link"
+    with pytest.raises(UserError, match=rf"^paths\.data_dir={re.escape(str(link))}{through} to "
+                                        rf"{re.escape(str(tmp_path))}/unmounted/tfds, "
+                                        r"which does not exist; create \(or mount\) it, or set paths\.data_dir to "
+                                        r"another directory\.$"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+    assert not (tmp_path / "unmounted").exists()
+
+
 @pytest.mark.parametrize("dataset", ["digits", "mnist"])
 def test_an_empty_data_dir_is_named_as_such(make_cfg, monkeypatch, dataset):
     """`export TFDS_DATA_DIR=` leaves the default paths.data_dir empty."""

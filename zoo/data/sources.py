@@ -287,6 +287,21 @@ def _read_arrays(sources, keys, expected) -> dict:
     return {s: (x.astype(np.float32, copy=False), y) for s, (x, y) in arrays.items()}
 
 
+def _refuse_a_dangling_link(data_dir: str) -> None:
+    """A link to a disk not mounted (or a folder since moved) made "not writable (File exists)", or "not prepared"
+    for a catalog dataset: the directory it names was never looked at."""
+    path = os.path.abspath(data_dir)
+    while not os.path.exists(path):
+        if os.path.islink(path):
+            through = "is a link" if path == os.path.abspath(data_dir) else f"is reached through {path}, a link"
+            raise UserError(f"paths.data_dir={data_dir} {through} to "
+                            f"{os.path.join(os.path.dirname(path), os.readlink(path))}, which does not exist; create "
+                            "(or mount) it, or set paths.data_dir to another directory.")
+        if os.path.dirname(path) == path:
+            return
+        path = os.path.dirname(path)
+
+
 def read_splits(cfg, data_dir: str) -> dict:
     """{'train': (x, y), 'test': (x, y)} as numpy, in the stored (deterministic) order."""
     _refuse_an_embedded_name_from_the_catalog(cfg)
@@ -297,6 +312,7 @@ def read_splits(cfg, data_dir: str) -> dict:
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):  # else "not writable (File exists)", or offline
         raise UserError(f"paths.data_dir={data_dir} is a file, not a directory; set paths.data_dir to a directory "
                         "that holds (or is to hold) the prepared datasets.")
+    _refuse_a_dangling_link(data_dir)
     if cfg.embedded:
         builder = _prepare_embedded(cfg, data_dir)
         where, keys = builder.data_dir, ("x", "y")
