@@ -139,6 +139,26 @@ def test_a_prepared_catalog_copy_without_its_dataset_info_is_named_damaged(make_
         sources._open_catalog(cfg, str(tmp_path))
 
 
+def test_a_catalog_copy_of_another_version_offline_names_the_version_to_read(make_cfg, tmp_path, monkeypatch):
+    """A copy prepared where TFDS has another version of the builder: offline it was 'not prepared', though
+    dataset.tfds_name=NAME:VERSION reads it."""
+    cfg = _stand_in_for_mnist(make_cfg, tmp_path)
+    monkeypatch.setattr(sources, "_refuse_an_embedded_name_from_the_catalog", lambda cfg: None)
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    sources._open_catalog(cfg, str(tmp_path))
+    (tmp_path / "zoo_digits" / "1.0.0").rename(tmp_path / "zoo_digits" / "0.9.0")
+    info = tmp_path / "zoo_digits" / "0.9.0" / "dataset_info.json"
+    info.write_text(info.read_text().replace('"version": "1.0.0"', '"version": "0.9.0"'))
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    with pytest.raises(UserError, match=r"^dataset=mnist \(dataset\.tfds_name=zoo_digits\) is prepared in "
+                                        rf"paths\.data_dir={re.escape(str(tmp_path))} as version 0\.9\.0 only, not the "
+                                        r"1\.0\.0 this TFDS reads, and cannot be downloaded \(no network: .*\); set "
+                                        r"dataset\.tfds_name=zoo_digits:0\.9\.0 to read that copy\.$"):
+        sources._open_catalog(cfg, str(tmp_path))
+    pinned = make_cfg("dataset=mnist", "dataset.tfds_name=zoo_digits:0.9.0", f"paths.data_dir={tmp_path}").dataset
+    assert [len(s) for s in sources._open_catalog(pinned, str(tmp_path))] == [1438, 359]
+
+
 def test_preparing_a_catalog_dataset_runs_tfds_own_builder_and_says_when_it_needs_tensorflow(make_cfg, tmp_path,
                                                                                             monkeypatch):
     """TFDS's real mnist builder on local files of the raw format; only the download itself is replaced."""

@@ -212,6 +212,25 @@ def _holds_files(where: str) -> bool:
         return False
 
 
+def _refuse_offline_when_another_version_is_prepared(cfg, data_dir: str) -> None:
+    """A copy prepared where TFDS has another version of the builder is not the one read by name alone; pinned
+    (mnist:3.0.0) it is read from its own files, no download needed."""
+    if ":" in cfg.tfds_name:
+        return
+    where = os.path.join(data_dir, _prepared_dir(cfg.tfds_name))
+    try:
+        versions = sorted((v for v in os.listdir(where) if os.path.isfile(os.path.join(where, v, "dataset_info.json"))),
+                          key=lambda v: [int(p) if p.isdigit() else -1 for p in v.split(".")])
+        wanted = str(tfds.builder_cls(cfg.tfds_name.split("/")[0]).VERSION)
+    except Exception:  # noqa: BLE001 — no such directory, or a builder TFDS cannot name: the offline sentence says it
+        return
+    versions = [v for v in versions if v != wanted]  # that one, were it there, failed for a reason named before
+    if versions:
+        raise UserError(f"{_catalog_name(cfg)} is prepared in paths.data_dir={data_dir} as version "
+                        f"{', '.join(versions)} only, not the {wanted} this TFDS reads, and cannot be downloaded "
+                        f"({_offline()}); set dataset.tfds_name={cfg.tfds_name}:{versions[-1]} to read that copy.")
+
+
 def _open_catalog(cfg, data_dir: str):
     """Prepared data first (no network needed); download only when it is missing."""
     try:
@@ -228,6 +247,7 @@ def _open_catalog(cfg, data_dir: str):
     except Exception:  # noqa: BLE001 — a name with a version or config (mnist:3.*.*): the download decides
         pass
     if not _network_reachable():
+        _refuse_offline_when_another_version_is_prepared(cfg, data_dir)
         raise _catalog_error(cfg, data_dir, ConnectionError(_offline()))
     try:
         return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=True,
