@@ -516,6 +516,15 @@ def test_an_embedded_dataset_read_as_a_catalog_one_names_dataset_embedded(make_c
         train(make_cfg("debug=smoke", f"dataset={dataset}", "model=linear", "dataset.embedded=false"))
 
 
+@pytest.mark.parametrize("embedded", ["true", "false"])
+def test_an_embedded_dataset_pinned_to_a_version_is_told_its_plain_name(make_cfg, embedded):
+    """embedded=true said to set dataset.embedded=false, which then said to set dataset.embedded=true."""
+    with pytest.raises(UserError, match=r"dataset\.tfds_name=zoo_digits:1\.0\.0.* set dataset\.tfds_name=zoo_digits"
+                                        r"( and dataset\.embedded=true)?\.$"):
+        train(make_cfg("debug=smoke", "model=linear", "dataset.tfds_name=zoo_digits:1.0.0",
+                       f"dataset.embedded={embedded}"))
+
+
 def test_a_compilation_cache_dir_that_cannot_be_written_is_named_in_a_warning(make_cfg, tmp_path, caplog):
     """JAX warned 'Error reading persistent compilation cache entry ... File exists' at the programs it could not
     cache, naming neither the setting nor what to do; the run trains uncached and says so once."""

@@ -42,6 +42,10 @@ def _embedded_kwargs(cfg) -> dict:
 
 
 def _prepare_embedded(cfg, data_dir: str):
+    name = _builder_name(cfg)
+    if cfg.tfds_name not in BUILDERS and name in BUILDERS:
+        raise UserError(f"dataset.tfds_name={cfg.tfds_name} names a version or config of the embedded dataset {name}, "
+                        f"which has none to choose (its dataset.* settings make it); set dataset.tfds_name={name}.")
     if cfg.tfds_name not in BUILDERS:
         names = ", ".join(sorted(BUILDERS))
         raise UserError(f"dataset.tfds_name={cfg.tfds_name} is not an embedded dataset ({names}); set "
@@ -168,10 +172,16 @@ def _prepared_dir(tfds_name: str) -> str:
 def _refuse_an_embedded_name_from_the_catalog(cfg) -> None:
     """An embedded builder read as a catalog dataset (dataset.embedded=false) was looked for on the network, and the
     refusal told to download it elsewhere, which no catalog holds, or to pick an embedded dataset: the one it had."""
-    name = cfg.tfds_name.split(":")[0].split("/")[0]  # zoo_digits:1.0.0, zoo_digits/config
+    name = _builder_name(cfg)
     if not cfg.embedded and name in BUILDERS:
+        plain = "" if cfg.tfds_name == name else f"dataset.tfds_name={name} and "  # embedded ones take no version
         raise UserError(f"{_catalog_name(cfg)} cannot be downloaded: {name} is one of the zoo's embedded datasets, "
-                        "which are made on this machine, never downloaded; set dataset.embedded=true.")
+                        f"which are made on this machine, never downloaded; set {plain}dataset.embedded=true.")
+
+
+def _builder_name(cfg) -> str:
+    """dataset.tfds_name without the version or config it may pin: zoo_digits:1.0.0, zoo_digits/config."""
+    return cfg.tfds_name.split(":")[0].split("/")[0]
 
 
 def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
