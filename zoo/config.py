@@ -377,7 +377,7 @@ def saved_with_defaults(saved: dict) -> DictConfig:
 
 def _validate_generator(d: DictConfig) -> None:
     """num_examples/num_features/noise generate synthetic_linear; anywhere else they would be silently ignored."""
-    if d.tfds_name != "zoo_synthetic_linear":
+    if d.tfds_name.split(":")[0].split("/")[0] != "zoo_synthetic_linear":  # a pinned version is refused by name
         given = [k for k in GENERATOR_KEYS if d[k] is not None]
         _require(not given, f"dataset.{given[0] if given else ''} only applies to dataset=synthetic_linear (it "
                  f"generates that data); remove it for dataset={d.name}.")
