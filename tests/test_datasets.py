@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import re
+import shutil
 import socket
 
 import numpy as np
@@ -123,15 +124,18 @@ def test_a_prepared_embedded_copy_without_its_dataset_info_is_named_damaged(make
         read_splits(cfg, str(tmp_path))
 
 
+@pytest.mark.parametrize("emptied", [False, True], ids=["info", "all"])
 @pytest.mark.parametrize("online", [True, False], ids=["online", "offline"])
-def test_a_prepared_catalog_copy_without_its_dataset_info_is_named_damaged(make_cfg, tmp_path, monkeypatch, online):
+def test_a_prepared_catalog_copy_without_its_dataset_info_is_named_damaged(make_cfg, tmp_path, monkeypatch, online,
+                                                                           emptied):
     """It was 'not prepared and could not be downloaded' (offline, or a KeyError online: TFDS reuses the directory
-    it would download into), whose advice to download or copy it again meets the same directory."""
+    it would download into, even empty), whose advice to download or copy it again meets the same directory."""
     cfg = _stand_in_for_mnist(make_cfg, tmp_path)
     monkeypatch.setattr(sources, "_network_reachable", lambda: True)
     sources._open_catalog(cfg, str(tmp_path))
     [info] = (tmp_path / "zoo_digits").rglob("dataset_info.json")
-    info.unlink()
+    for f in info.parent.iterdir() if emptied else [info]:
+        shutil.rmtree(f) if f.is_dir() else f.unlink()
     monkeypatch.setattr(sources, "_network_reachable", lambda: online)
     copy = re.escape(str(tmp_path / "zoo_digits"))
     with pytest.raises(UserError, match=rf"the prepared dataset=mnist in {copy} is damaged \(its dataset_info\.json "

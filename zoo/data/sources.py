@@ -205,21 +205,14 @@ def _refuse_a_copy_that_cannot_be_read(cfg, data_dir: str) -> None:
         raise _damaged(cfg, os.path.join(data_dir, _prepared_dir(cfg.tfds_name)), UNREADABLE_INFO) from None
     except Exception:  # noqa: BLE001 — nothing readable there: the download decides
         return
-    if not prepared and _holds_files(builder.data_dir):  # TFDS prepares elsewhere and renames: never left so
+    if not prepared and os.path.isdir(builder.data_dir):  # TFDS prepares elsewhere and renames: never left so,
+        # and a download reuses whatever directory is there, even an empty one
         raise _damaged(cfg, os.path.join(data_dir, _prepared_dir(cfg.tfds_name)), "its dataset_info.json is missing")
     if prepared and file_format is not None and file_format.value != RANDOM_ACCESS["file_format"]:
         raise UserError(f"{_catalog_name(cfg)} in paths.data_dir={data_dir} is prepared as {file_format.value}, "
                         "which cannot be read record by record; prepare it again with builder_kwargs="
                         f"{RANDOM_ACCESS} (or delete {os.path.join(data_dir, _prepared_dir(cfg.tfds_name))}), or set "
                         "paths.data_dir to another directory.")
-
-
-def _holds_files(where: str) -> bool:
-    """Whether the directory exists and holds a file (records a download would be reused over, not replace)."""
-    try:
-        return any(entry.is_file() for entry in os.scandir(where))
-    except OSError:
-        return False
 
 
 def _refuse_offline_when_another_version_is_prepared(cfg, data_dir: str) -> None:
