@@ -137,7 +137,7 @@ def test_a_prepared_catalog_copy_without_its_dataset_info_is_named_damaged(make_
     for f in info.parent.iterdir() if emptied else [info]:
         shutil.rmtree(f) if f.is_dir() else f.unlink()
     monkeypatch.setattr(sources, "_network_reachable", lambda: online)
-    copy = re.escape(str(tmp_path / "zoo_digits"))
+    copy = re.escape(str(tmp_path / "zoo_digits" / "1.0.0"))  # not zoo_digits/, which may hold other versions
     with pytest.raises(UserError, match=rf"the prepared dataset=mnist in {copy} is damaged \(its dataset_info\.json "
                                         r"is missing\); delete that directory and the next run prepares"):
         sources._open_catalog(cfg, str(tmp_path))

@@ -207,7 +207,7 @@ def _refuse_a_copy_that_cannot_be_read(cfg, data_dir: str) -> None:
         return
     if not prepared and os.path.isdir(builder.data_dir):  # TFDS prepares elsewhere and renames: never left so,
         # and a download reuses whatever directory is there, even an empty one
-        raise _damaged(cfg, os.path.join(data_dir, _prepared_dir(cfg.tfds_name)), "its dataset_info.json is missing")
+        raise _damaged(cfg, str(builder.data_dir), "its dataset_info.json is missing")  # that version's alone
     if prepared and file_format is not None and file_format.value != RANDOM_ACCESS["file_format"]:
         raise UserError(f"{_catalog_name(cfg)} in paths.data_dir={data_dir} is prepared as {file_format.value}, "
                         "which cannot be read record by record; prepare it again with builder_kwargs="
