@@ -104,6 +104,7 @@ DAMAGE = {
     "byte_changed": lambda copy: _flip_last_byte(copy / "train_x.npy"),  # same size: only the CRC tells
     "file_missing": lambda copy: (copy / "test_y.npy").unlink(),
     "manifest_garbled": lambda copy: (copy / decoded.MANIFEST).write_text("{"),
+    "a_file_in_its_place": lambda copy: shutil.rmtree(copy) or copy.write_text("x"),  # it was never written again
 }
 
 

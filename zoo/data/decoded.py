@@ -86,6 +86,8 @@ def save(prepared_dir: str, key: dict, arrays: dict) -> None:
         with open(os.path.join(tmp, MANIFEST), "w") as f:
             json.dump(manifest, f)
         os.chmod(tmp, os.stat(prepared_dir).st_mode & 0o777)  # whoever may read the dataset may read its copy
+        if os.path.islink(where) or os.path.isfile(where):  # a file in its place (rmtree leaves it): the name is ours
+            os.remove(where)
         shutil.rmtree(where, ignore_errors=True)
         os.rename(tmp, where)
     except OSError as e:  # full disk, or another process renamed its copy first: either way nothing half-kept
