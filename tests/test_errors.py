@@ -117,8 +117,12 @@ BAD_VALUES = [
     ("dataset=mnist model=cnn dataset.test_fraction=0.3", r"dataset\.test_fraction only applies to the embedded "
                                                           r"datasets, which ship without a split; dataset=mnist has "
                                                           r"its own test split, so remove it\."),
-    ("dataset=synthetic_linear dataset.num_features=0", r"dataset\.num_examples and dataset\.num_features must be "
-                                                        r"positive and dataset\.noise >= 0, got 1000, 0, 0\.1\."),
+    ("dataset=synthetic_linear dataset.num_features=0", r"dataset\.num_features must be positive for "
+                                                        r"dataset=synthetic_linear, got 0\.$"),
+    ("dataset=synthetic_linear dataset.noise=-1", r"dataset\.noise must be >= 0 for dataset=synthetic_linear, "
+                                                  r"got -1\.0\.$"),
+    ("dataset=synthetic_linear dataset.num_examples=null", r"dataset\.num_examples must be positive for "
+                                                           r"dataset=synthetic_linear, got None\.$"),
     ("optimized_metric=test/r2", r"optimized_metric=test/r2 is not a result of a classification run; use one "
                                  r"of \['test/loss', 'test/accuracy'"),
     ("optimized_metric=validation/accuracy", r"optimized_metric=validation/accuracy needs a validation split, which "

@@ -382,9 +382,10 @@ def _validate_generator(d: DictConfig) -> None:
         _require(not given, f"dataset.{given[0] if given else ''} only applies to dataset=synthetic_linear (it "
                  f"generates that data); remove it for dataset={d.name}.")
         return
-    _require(all(d[k] is not None for k in GENERATOR_KEYS) and d.num_examples > 0 and d.num_features > 0
-             and d.noise >= 0, "dataset.num_examples and dataset.num_features must be positive and dataset.noise "
-             f">= 0, got {d.num_examples}, {d.num_features}, {d.noise}.")
+    for key, ok, bound in (("num_examples", lambda v: v > 0, "positive"), ("num_features", lambda v: v > 0, "positive"),
+                           ("noise", lambda v: v >= 0, ">= 0")):
+        _require(d[key] is not None and ok(d[key]), f"dataset.{key} must be {bound} for dataset=synthetic_linear, "
+                 f"got {d[key]}.")
 
 
 # optax accepts any float for these, whatever its optimizer; out of range they diverge or silently train nothing.
