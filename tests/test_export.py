@@ -191,6 +191,8 @@ def test_predict_command_prints_only_predictions(exported_run, tmp_path, data_di
 
 
 EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one example per line, 64 comma"
+NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save writes those, ndarray\.tofile and np\.savetxt do "
+           r"not\); it must hold " + EXPECTED)
 
 
 @pytest.mark.parametrize("name,content,message", [
@@ -203,6 +205,8 @@ EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one
                                            r"\(±3\.4e\+38\)"),
     ("x.npy", "an npz archive", r"cannot be read as numbers \(it is an \.npz archive of several arrays; save one "
                                 r"array with np\.save\)"),
+    ("x.npy", "0," * 63 + "0\n", NOT_NPY),  # np.savetxt under an .npy name
+    ("x.npy", "raw bytes", NOT_NPY),  # ndarray.tofile: the values without np.save's header
     ("x.csv", "1,2,3\n4,5,6\n", r"has shape \(2, 3\); the model expects " + EXPECTED),
     ("x.csv", "1," * 63 + "one\n", r"cannot be read as numbers \(.*one.*\); it must hold " + EXPECTED),
     ("x.csv", "", r"holds no examples; the model expects " + EXPECTED),
@@ -215,13 +219,16 @@ EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one
     ("x.txt", "1\n", r"must be a \.npy or \.csv file of shape " + EXPECTED),
     ("missing.npy", None, r"does not exist; pass a \.npy or \.csv file of shape " + EXPECTED),
     ("folder.npy", "a directory", r"is not a file; pass a \.npy or \.csv file of shape " + EXPECTED),
-], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "npy-overflow", "npy-npz", "csv-columns", "csv-text", "csv-empty",
+], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "npy-overflow", "npy-npz", "npy-text",
+        "npy-tofile", "csv-columns", "csv-text", "csv-empty",
         "csv-header-names", "csv-header-numbers", "extension", "missing", "directory"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
                                                                       name, content, message):
     path, output = tmp_path / name, tmp_path / "p.csv"
     if isinstance(content, str) and content == "a directory":
         path.mkdir()
+    elif isinstance(content, str) and content == "raw bytes":
+        np.zeros((2, 8, 8, 1), np.float32).tofile(path)
     elif isinstance(content, str) and content == "an npz archive":
         with open(path, "wb") as f:  # np.savez under an .npy name
             np.savez(f, x=np.zeros((2, 8, 8, 1)), y=np.zeros(2))

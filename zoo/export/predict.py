@@ -146,6 +146,11 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
         raise UserError(f"input={path} must be a .npy or .csv file of shape {_expected(shape)}.")
     try:
         if kind == ".npy":
+            with open(path, "rb") as f:
+                magic = f.read(6)
+            # np.load takes any other file for a pickle, and its refusal suggests unpickling it
+            if magic != b"\x93NUMPY" and not magic.startswith(b"PK\x03\x04"):  # .npy, or an .npz (refused below)
+                raise ValueError("it is not an .npy file: np.save writes those, ndarray.tofile and np.savetxt do not")
             x = np.load(path, allow_pickle=False)  # never unpickle: object arrays are refused here
             if not isinstance(x, np.ndarray):  # np.load reads an .npz archive whatever the file is called
                 x.close()
