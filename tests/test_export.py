@@ -191,8 +191,8 @@ def test_predict_command_prints_only_predictions(exported_run, tmp_path, data_di
 
 
 EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one example per line, 64 comma"
-NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save writes those, ndarray\.tofile and np\.savetxt do "
-           r"not\); it must hold " + EXPECTED)
+NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save writes those, ndarray\.tofile and "
+           r"np\.savetxt do not\); it must hold " + EXPECTED)
 
 
 @pytest.mark.parametrize("name,content,message", [
@@ -205,6 +205,7 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
                                            r"\(±3\.4e\+38\)"),
     ("x.npy", "an npz archive", r"cannot be read as numbers \(it is an \.npz archive of several arrays; save one "
                                 r"array with np\.save\)"),
+    ("x.npy", "", r"holds no examples; the model expects " + EXPECTED),  # an empty file
     ("x.npy", "0," * 63 + "0\n", NOT_NPY),  # np.savetxt under an .npy name
     ("x.npy", "raw bytes", NOT_NPY),  # ndarray.tofile: the values without np.save's header
     ("x.csv", "1,2,3\n4,5,6\n", r"has shape \(2, 3\); the model expects " + EXPECTED),
@@ -219,8 +220,8 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
     ("x.txt", "1\n", r"must be a \.npy or \.csv file of shape " + EXPECTED),
     ("missing.npy", None, r"does not exist; pass a \.npy or \.csv file of shape " + EXPECTED),
     ("folder.npy", "a directory", r"is not a file; pass a \.npy or \.csv file of shape " + EXPECTED),
-], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "npy-overflow", "npy-npz", "npy-text",
-        "npy-tofile", "csv-columns", "csv-text", "csv-empty",
+], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "npy-overflow", "npy-npz",
+        "npy-empty-file", "npy-text", "npy-tofile", "csv-columns", "csv-text", "csv-empty",
         "csv-header-names", "csv-header-numbers", "extension", "missing", "directory"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
                                                                       name, content, message):

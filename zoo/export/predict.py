@@ -149,9 +149,11 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
             with open(path, "rb") as f:
                 magic = f.read(6)
             # np.load takes any other file for a pickle, and its refusal suggests unpickling it
-            if magic != b"\x93NUMPY" and not magic.startswith(b"PK\x03\x04"):  # .npy, or an .npz (refused below)
+            if magic != b"\x93NUMPY" and not magic.startswith(b"PK\x03\x04") and magic:  # an .npz is refused below
                 raise ValueError("it is not an .npy file: np.save writes those, ndarray.tofile and np.savetxt do not")
-            x = np.load(path, allow_pickle=False)  # never unpickle: object arrays are refused here
+            # never unpickle: object arrays are refused here; an empty file holds no examples, as an empty .csv
+            # does (np.load raises EOFError)
+            x = np.load(path, allow_pickle=False) if magic else np.empty((0,), np.float32)
             if not isinstance(x, np.ndarray):  # np.load reads an .npz archive whatever the file is called
                 x.close()
                 raise ValueError("it is an .npz archive of several arrays; save one array with np.save")
