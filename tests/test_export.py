@@ -423,3 +423,21 @@ def test_a_narrow_first_example_that_counts_up_is_data_not_a_header(tmp_path):
     wide.write_text(",".join(map(str, range(8))) + "\n" + ",".join(["1"] * 8) + "\n")
     with pytest.raises(UserError, match="column numbers"):
         _refuse_a_header_line(str(wide), 8)
+
+
+def test_a_copied_export_folder_is_not_taken_for_a_run(make_cfg, exported_run, tmp_path):
+    """A copy of export/ under another name: not 'run export.py on it', nor 'train it with checkpoints'."""
+    run_dir, _ = exported_run
+    served = tmp_path / "served"
+    shutil.copytree(run_dir / "export", served)
+    np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 1), np.float32))
+    with pytest.raises(UserError, match=rf"^run_dir={served} is an export's folder \(model\.jax, signature\.json\), "
+                                        rf"not a run; predict\.py reads a run's export/: pass a folder that holds it "
+                                        rf"as export/, or the run it was exported from, run_dir={run_dir}\.$"):
+        predict(predict_cfg(f"run_dir={served}", f"input={tmp_path / 'x.npy'}"))
+    for script, config in (("export.py", "export"), ("eval.py", "eval")):
+        with pytest.raises(UserError, match=rf"^run_dir={served} is an export's folder \(model\.jax, "
+                                            rf"signature\.json\), not a training run; pass the run it was exported "
+                                            rf"from, run_dir={run_dir}\.$"):
+            (export if script == "export.py" else evaluate)(make_cfg(f"run_dir={served}", config_name=config))
+    assert sorted(p.name for p in served.iterdir()) == ["model.jax", "signature.json"]

@@ -9,6 +9,7 @@ import contextlib
 import contextvars
 import errno
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -275,6 +276,19 @@ def numbered_job_dirs(config) -> bool:
 
 def holds_training_run(path: str) -> bool:
     return any(os.path.exists(os.path.join(path, name)) for name in ("checkpoints", "results.json"))
+
+
+def export_origin(path: str):
+    """None unless `path` is an export's folder (model.jax and signature.json, as export.py writes them): then the
+    run its signature.json's config was trained in, or '' where that is no longer a training run."""
+    if not all(os.path.isfile(os.path.join(path, name)) for name in ("model.jax", "signature.json")):
+        return None
+    try:
+        with open(os.path.join(path, "signature.json")) as f:
+            origin = json.load(f)["config"]["paths"]["output_dir"]
+    except (OSError, ValueError, KeyError, TypeError):  # a damaged signature names no run
+        return ""
+    return origin if isinstance(origin, str) and holds_training_run(origin) else ""
 
 
 def run_whose_checkpoints_hold(path: str):

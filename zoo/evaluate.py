@@ -6,7 +6,8 @@ import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import holds_training_run, launch_dir_path, require_dir, run_whose_checkpoints_hold, unwritable_reason
+from zoo.cli import (export_origin, holds_training_run, launch_dir_path, require_dir, run_whose_checkpoints_hold,
+                     unwritable_reason)
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
 from zoo.files import load_json, write_json
@@ -90,6 +91,10 @@ def _not_a_run(run_dir: str):
     parent = os.path.dirname(os.path.abspath(run_dir))  # one of the run's own folders: export/, eval/, .hydra/
     if run_whose_checkpoints_hold(os.path.join(parent, "checkpoints")) == parent:
         return f"run_dir={run_dir} is a folder inside a run; pass the run's directory, run_dir={parent}."
+    origin = export_origin(run_dir)  # a copy of export/ elsewhere
+    if origin is not None:
+        return (f"run_dir={run_dir} is an export's folder (model.jax, signature.json), not a training run; pass the "
+                f"run it was exported from{f', run_dir={origin}' if origin else ''}.")
     jobs = find_job_dirs(run_dir) if os.path.isfile(os.path.join(run_dir, "multirun.yaml")) else []
     if jobs:
         return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import require_dir, run_whose_checkpoints_hold
+from zoo.cli import export_origin, require_dir, run_whose_checkpoints_hold
 from zoo.errors import UserError
 from zoo.files import write_text
 
@@ -86,6 +86,11 @@ def _refuse_a_folder_above_or_inside_a_run(run_dir: str) -> None:
     parent = os.path.dirname(os.path.abspath(run_dir))  # another of the run's own folders: eval/, .hydra/
     if run_whose_checkpoints_hold(os.path.join(parent, "checkpoints")) == parent:
         raise UserError(f"run_dir={run_dir} is a folder inside a run; pass the run's directory, run_dir={parent}.")
+    origin = export_origin(run_dir)  # a copy of export/ elsewhere
+    if origin is not None:
+        raise UserError(f"run_dir={run_dir} is an export's folder (model.jax, signature.json), not a run; predict.py "
+                        "reads a run's export/: pass a folder that holds it as export/"
+                        f"{f', or the run it was exported from, run_dir={origin}' if origin else ''}.")
     if os.path.isfile(os.path.join(run_dir, "multirun.yaml")):
         from zoo.sweeps.jobs import find_job_dirs  # only here: predicting needs only jax and numpy
 
