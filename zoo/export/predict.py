@@ -141,6 +141,18 @@ def _refuse_a_header_line(path: str, width: int) -> None:
                         f"to_csv writes), not an example; {remove}")
 
 
+def _refuse_another_separator(path: str, shape: tuple) -> None:
+    """Semicolons (Excel's CSV where a comma is the decimal mark) or tabs: not 'cannot convert the whole line'."""
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        first = next((line for line in (line.split("#", 1)[0].strip() for line in f) if line), "")
+    for separator, name in ((";", "';'"), ("\t", "tabs")):
+        fields = first.split(separator)
+        if len(fields) > 1 and _numbers(",".join(field.replace(",", ".") for field in fields)) is not None:
+            decimals = ", and writes decimal commas, not points" if "," in first else ""
+            raise UserError(f"input={path} separates its numbers with {name}, not commas{decimals}; it must hold "
+                            f"{_expected(shape)}.")
+
+
 def read_input(path: str, shape: tuple) -> np.ndarray:
     """(N, *shape) float32 from a .npy array or a .csv of flattened examples; anything else is refused."""
     kind = os.path.splitext(path)[1].lower()
@@ -164,6 +176,7 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
                 raise ValueError("it is an .npz archive of several arrays; save one array with np.save")
         else:
             _refuse_a_header_line(path, math.prod(shape))
+            _refuse_another_separator(path, shape)
             with warnings.catch_warnings():  # an empty file is reported below, by its shape
                 warnings.simplefilter("ignore")
                 # utf-8-sig: a byte order mark (Excel's "CSV UTF-8" begins with one) is not part of the first number
