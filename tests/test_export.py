@@ -264,6 +264,21 @@ def test_a_signature_that_is_not_its_models_is_refused(exported_run, tmp_path, c
         predict(predict_cfg(f"run_dir={tmp_path}", f"input={tmp_path / 'x.npy'}"))
 
 
+def test_a_model_whose_program_is_damaged_is_refused_before_predicting(exported_run, tmp_path, capsys):
+    """model.jax's header reads, its StableHLO does not: one sentence, not JAX's error from the first call."""
+    run_dir, cfg = exported_run
+    shutil.copytree(run_dir / "export", tmp_path / "export")
+    model = (tmp_path / "export" / "model.jax").read_bytes()
+    program = load_exported(run_dir).mlir_module_serialized
+    start = model.index(program)  # its bytecode's header
+    (tmp_path / "export" / "model.jax").write_bytes(model[:start] + b"\xff" * 64 + model[start + 64:])
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    with pytest.raises(UserError, match=rf"^run_dir={tmp_path} has no readable export \(.*StableHLO.*\); run "
+                                        rf"`python export\.py run_dir={tmp_path}` first\.$"):
+        predict(predict_cfg(f"run_dir={tmp_path}", f"input={tmp_path / 'x.npy'}"))
+    assert capsys.readouterr().out == ""
+
+
 def test_predict_refuses_an_output_that_is_its_input_or_the_export(exported_run, tmp_path):
     """output= replaces the file it names: the input, or the export's own files, would be lost."""
     run_dir, cfg = exported_run

@@ -62,6 +62,7 @@ def load_export(run_dir: str):
         _ = signature["input"]["shape"][1:], signature["task"]  # what predicting reads of it
         with open(os.path.join(directory, signature["model"]), "rb") as f:
             exported = jax.export.deserialize(bytearray(f.read()))
+        exported.mlir_module()  # its StableHLO program, which deserialize leaves to the first call
         _check_signature(exported, signature)
     except Exception as e:  # noqa: BLE001 — a damaged artifact fails in the reader or deserializer in many ways
         raise UserError(f"run_dir={run_dir} has no readable export ({type(e).__name__}: {e}); run "
