@@ -159,6 +159,10 @@ def test_predict_reads_npy_and_csv_and_writes_stdout_or_a_file(exported_run, tmp
     (tmp_path / "commented.csv").write_text("# five digits\n" + (tmp_path / "x.csv").read_text())
     predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'commented.csv'}", "batch_size=3"))
     assert capsys.readouterr().out == printed
+    # spaces or tabs beside the commas are no other separator
+    (tmp_path / "tabbed.csv").write_text((tmp_path / "x.csv").read_text().replace(",", ",\t"))
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'tabbed.csv'}", "batch_size=3"))
+    assert capsys.readouterr().out == printed
     # Excel's "CSV UTF-8" begins the file with a byte order mark
     (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "x.csv").read_bytes())
     predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'bom.csv'}", "batch_size=3"))
@@ -213,6 +217,8 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
     ("x.csv", "0;" * 63 + "0\n", r"separates its numbers with ';', not commas; it must hold " + EXPECTED),  # Excel's
     ("x.csv", "0,5;" * 63 + "0\n", r"separates its numbers with ';', not commas, and writes decimal commas, not "
                                   r"points; it must hold "),
+    ("x.csv", "0.0 " * 63 + "0.0\n", r"separates its numbers with spaces \(np\.savetxt's default: pass it "
+                                      r"delimiter=','\), not commas; it must hold "),
     ("x.csv", "0\t" * 63 + "0\n", r"separates its numbers with tabs, not commas; it must hold " + EXPECTED),  # locale
     ("x.csv", "", r"holds no examples; the model expects " + EXPECTED),
     ("x.csv", ",".join(f"p{i}" for i in range(64)) + "\n" + "0," * 63 + "0\n",
@@ -226,7 +232,7 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
     ("folder.npy", "a directory", r"is not a file; pass a \.npy or \.csv file of shape " + EXPECTED),
 ], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "npy-overflow", "npy-npz",
         "npy-empty-file", "npy-text", "npy-tofile", "csv-columns", "csv-text", "csv-semicolons",
-        "csv-decimal-commas", "csv-tabs", "csv-empty",
+        "csv-decimal-commas", "csv-spaces", "csv-tabs", "csv-empty",
         "csv-header-names", "csv-header-numbers", "extension", "missing", "directory"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
                                                                       name, content, message):

@@ -143,11 +143,17 @@ def _refuse_a_header_line(path: str, width: int) -> None:
 
 
 def _refuse_another_separator(path: str, shape: tuple) -> None:
-    """Semicolons (Excel's CSV where a comma is the decimal mark) or tabs: not 'cannot convert the whole line'."""
+    """Semicolons (Excel's CSV where a comma is the decimal mark), tabs or spaces (np.savetxt's default): not
+    'cannot convert the whole line'. Spaces beside commas are allowed: np.loadtxt strips them."""
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         first = next((line for line in (line.split("#", 1)[0].strip() for line in f) if line), "")
-    for separator, name in ((";", "';'"), ("\t", "tabs")):
-        fields = first.split(separator)
+    if _numbers(first) is not None:  # comma-separated, spaces or tabs beside the commas or not
+        return
+    savetxt = "spaces (np.savetxt's default: pass it delimiter=',')"
+    for separator, name in ((";", "';'"), ("\t", "tabs"), (" ", savetxt)):
+        if separator not in first or (separator == " " and "," in first):
+            continue
+        fields = first.split(separator) if separator == ";" else first.split()
         if len(fields) > 1 and _numbers(",".join(field.replace(",", ".") for field in fields)) is not None:
             decimals = ", and writes decimal commas, not points" if "," in first else ""
             raise UserError(f"input={path} separates its numbers with {name}, not commas{decimals}; it must hold "
