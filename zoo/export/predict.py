@@ -192,6 +192,7 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
                 x = x.reshape(-1, *shape)
     except (OSError, ValueError) as e:
         reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        reason = reason.split("; use `usecols`")[0]  # np.loadtxt's advice names its argument, not a setting here
         raise UserError(f"input={path} cannot be read as numbers ({reason}); it must hold {_expected(shape)}.") \
             from None
     if x.dtype.kind not in "iuf":
