@@ -375,6 +375,31 @@ def test_export_checks_targets_first_and_keeps_the_previous_export_on_failure(ma
         export(make_cfg(f"run_dir={run_dir}", "+checkpont=best", config_name="export"))
 
 
+@pytest.mark.parametrize("exported_before", [False, True], ids=["first", "again"])
+def test_an_export_the_disk_has_no_room_for_is_one_sentence_and_changes_nothing(make_cfg, exported_run, tmp_path,
+                                                                                  monkeypatch, exported_before):
+    import zoo.export.artifact
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(exported_run[0], run_dir, ignore=None if exported_before else shutil.ignore_patterns("export"))
+    before = sorted(p.name for p in run_dir.iterdir())
+    model = (run_dir / "export" / "model.jax").read_bytes() if exported_before else None
+
+    def full(path, mode="r", *args, **kwargs):  # the disk fills as the files are written
+        if "w" in mode and ".export-" in str(path):
+            raise OSError(28, "No space left on device", str(path))
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(zoo.export.artifact, "open", full, raising=False)
+    with pytest.raises(UserError, match=rf"^the export cannot be written to {run_dir / 'export'} \(No space left on "
+                                        rf"device\); nothing there was changed: free space on its file system, or copy "
+                                        rf"the run somewhere with room and pass that run_dir\.$"):
+        export(make_cfg(f"run_dir={run_dir}", config_name="export"))
+    assert sorted(p.name for p in run_dir.iterdir()) == before  # no staging folder, no empty export/
+    if exported_before:
+        assert (run_dir / "export" / "model.jax").read_bytes() == model
+
+
 def test_an_export_for_cpu_and_cuda_runs_here(make_cfg, exported_run, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     shutil.copytree(exported_run[0], run_dir)

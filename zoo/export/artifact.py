@@ -126,6 +126,19 @@ def write_directory(final: str, files: dict) -> None:
 
 def export(cfg: DictConfig) -> dict:
     _check_platforms(cfg.platforms)
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        return _export(cfg, None)  # refused there, as eval.py's
+    out_dir = os.path.join(cfg.run_dir, "export")
+    exported_before = os.path.lexists(out_dir)  # restore_run makes export/ to check that it can be written
+    try:
+        return _export(cfg, out_dir)
+    except BaseException:
+        if not exported_before and os.path.isdir(out_dir) and not os.listdir(out_dir):
+            os.rmdir(out_dir)  # complete or not at all: not an empty export/ predict.py would take for one
+        raise
+
+
+def _export(cfg: DictConfig, out_dir: str) -> dict:
     run, step, state, meta = restore_run(cfg, "export.py", "export", "exported files")
     averaged = meta["config"]["trainer"].get("ema_decay") is not None  # export what evals score
     served = with_averaged_params(state) if averaged else state
@@ -138,9 +151,13 @@ def export(cfg: DictConfig) -> dict:
         # `final` is the best checkpoint with early stopping (zoo.evaluate._pick_steps)
         best = cfg.checkpoint == "best" or (cfg.checkpoint == "final" and early_stopping.get("patience") is not None)
         signature["privacy"] = _privacy_at(cfg.run_dir, step, chosen_by_metric=best)
-    out_dir = os.path.join(cfg.run_dir, "export")
     if is_primary():  # with distributed=explicit|auto every process computes the metrics; one writes
-        write_directory(out_dir, {"model.jax": bytes(exported.serialize()),
-                                   "signature.json": json.dumps(signature, indent=2).encode()})
+        try:
+            write_directory(out_dir, {"model.jax": bytes(exported.serialize()),
+                                       "signature.json": json.dumps(signature, indent=2).encode()})
+        except OSError as e:  # a full disk or quota, an I/O error: write_directory has undone its part
+            raise UserError(f"the export cannot be written to {out_dir} ({e.strerror or e}); nothing there was "
+                            "changed: free space on its file system, or copy the run somewhere with room and pass "
+                            "that run_dir.") from None
         print(f"exported step {step} to {out_dir} (model.jax, signature.json); test: {metric_summary(test_metrics)}")
     return {"step": step, "path": out_dir, "signature": signature, "objective": None}
