@@ -467,6 +467,19 @@ def test_a_swap_that_fails_after_moving_the_previous_export_aside_puts_it_back(t
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".export")]
 
 
+def test_an_export_that_was_a_link_is_replaced_without_leaving_the_link_behind(tmp_path):
+    """export/ linked to a folder elsewhere: the link is replaced like a folder, the folder it named left as it was."""
+    elsewhere = tmp_path / "serving"
+    elsewhere.mkdir()
+    (elsewhere / "model.jax").write_bytes(b"old")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "export").symlink_to(elsewhere)
+    write_directory(str(run / "export"), {"model.jax": b"new"})
+    assert sorted(p.name for p in run.iterdir()) == ["export"] and not (run / "export").is_symlink()
+    assert (run / "export" / "model.jax").read_bytes() == b"new" and (elsewhere / "model.jax").read_bytes() == b"old"
+
+
 def test_a_narrow_first_example_that_counts_up_is_data_not_a_header(tmp_path):
     """0,1 may well be an example of two features; only a wide run of column numbers reads as pandas' header."""
     path = tmp_path / "narrow.csv"

@@ -113,15 +113,18 @@ def write_directory(final: str, files: dict) -> None:
         for name, data in files.items():
             with open(os.path.join(staging, name), "wb") as f:
                 f.write(data)
-        if os.path.exists(final):
+        if os.path.lexists(final):
             os.rename(final, previous)
         os.rename(staging, final)
     except BaseException:
-        if os.path.exists(previous) and not os.path.exists(final):
+        if os.path.lexists(previous) and not os.path.lexists(final):
             os.rename(previous, final)
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    shutil.rmtree(previous, ignore_errors=True)
+    if os.path.islink(previous):  # export/ was a link: it goes, the folder it named stays (rmtree refuses a link)
+        os.unlink(previous)
+    else:
+        shutil.rmtree(previous, ignore_errors=True)
 
 
 def export(cfg: DictConfig) -> dict:
