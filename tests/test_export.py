@@ -216,6 +216,8 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
     ("x.csv", "1," * 63 + "one\n", r"cannot be read as numbers \(.*one.*\); it must hold " + EXPECTED),
     ("x.csv", "0," * 63 + "0\n" + "0," * 59 + "0\n", r"cannot be read as numbers \(the number of columns changed from "
                                                    r"64 to 60 at row 2\); it must hold " + EXPECTED),  # not usecols
+    ("x.csv", ("0," * 64 + "\n") * 2, r"ends its first line with a comma, which reads as one more number, an empty "
+                                    r"one; remove it: it must hold " + EXPECTED),
     ("x.csv", "0;" * 63 + "0\n", r"separates its numbers with ';', not commas; it must hold " + EXPECTED),  # Excel's
     ("x.csv", "0,5;" * 63 + "0\n", r"separates its numbers with ';', not commas, and writes decimal commas, not "
                                   r"points; it must hold "),
@@ -233,7 +235,8 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
     ("missing.npy", None, r"does not exist; pass a \.npy or \.csv file of shape " + EXPECTED),
     ("folder.npy", "a directory", r"is not a file; pass a \.npy or \.csv file of shape " + EXPECTED),
 ], ids=["npy-shape", "npy-empty", "npy-strings", "npy-pickle", "npy-nan", "npy-overflow", "npy-npz",
-        "npy-empty-file", "npy-text", "npy-tofile", "csv-columns", "csv-text", "csv-ragged", "csv-semicolons",
+        "npy-empty-file", "npy-text", "npy-tofile", "csv-columns", "csv-text", "csv-ragged", "csv-trailing-comma",
+        "csv-semicolons",
         "csv-decimal-commas", "csv-spaces", "csv-tabs", "csv-empty",
         "csv-header-names", "csv-header-numbers", "extension", "missing", "directory"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,

@@ -149,6 +149,9 @@ def _refuse_another_separator(path: str, shape: tuple) -> None:
         first = next((line for line in (line.split("#", 1)[0].strip() for line in f) if line), "")
     if _numbers(first) is not None:  # comma-separated, spaces or tabs beside the commas or not
         return
+    if first.endswith(",") and _numbers(first[:-1]) is not None:  # a writer that puts a comma after each number
+        raise UserError(f"input={path} ends its first line with a comma, which reads as one more number, an empty "
+                        f"one; remove it: it must hold {_expected(shape)}.")
     savetxt = "spaces (np.savetxt's default: pass it delimiter=',')"
     for separator, name in ((";", "';'"), ("\t", "tabs"), (" ", savetxt)):
         if separator not in first or (separator == " " and "," in first):
