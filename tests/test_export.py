@@ -276,9 +276,13 @@ def test_a_signature_that_is_not_its_models_is_refused(exported_run, tmp_path, c
 
 
 def test_a_model_whose_program_is_damaged_is_refused_before_predicting(exported_run, tmp_path, capsys):
-    """model.jax's header reads, its StableHLO does not: one sentence, not JAX's error from the first call."""
+    """model.jax's header reads, its StableHLO does not: one sentence, not JAX's error from the first call (in an
+    export whose signature.json holds no sha256 of model.jax to tell it by)."""
     run_dir, cfg = exported_run
     shutil.copytree(run_dir / "export", tmp_path / "export")
+    signature = json.loads((tmp_path / "export" / "signature.json").read_text())
+    del signature["model_sha256"]
+    (tmp_path / "export" / "signature.json").write_text(json.dumps(signature))
     model = (tmp_path / "export" / "model.jax").read_bytes()
     program = load_exported(run_dir).mlir_module_serialized
     start = model.index(program)  # its bytecode's header
@@ -286,6 +290,23 @@ def test_a_model_whose_program_is_damaged_is_refused_before_predicting(exported_
     np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
     with pytest.raises(UserError, match=rf"^run_dir={tmp_path} has no readable export \(.*StableHLO.*\); run "
                                         rf"`python export\.py run_dir={tmp_path}` first\.$"):
+        predict(predict_cfg(f"run_dir={tmp_path}", f"input={tmp_path / 'x.npy'}"))
+    assert capsys.readouterr().out == ""
+
+
+def test_a_model_whose_weights_are_damaged_is_refused_not_served(exported_run, tmp_path, capsys):
+    """Bytes changed among the program's constants still deserialize and run, to other predictions: the export's
+    signature.json records model.jax's sha256, which predict.py checks."""
+    run_dir, cfg = exported_run
+    shutil.copytree(run_dir / "export", tmp_path / "export")
+    model = (tmp_path / "export" / "model.jax").read_bytes()
+    program = load_exported(run_dir).mlir_module_serialized
+    middle = model.index(program) + len(program) // 2
+    (tmp_path / "export" / "model.jax").write_bytes(model[:middle] + b"\xff" * 64 + model[middle + 64:])
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    with pytest.raises(UserError, match=rf"^run_dir={tmp_path} has no readable export \(ValueError: model\.jax is not "
+                                        rf"the file signature\.json describes: its sha256 differs\); run `python "
+                                        rf"export\.py run_dir={tmp_path}` first\.$"):
         predict(predict_cfg(f"run_dir={tmp_path}", f"input={tmp_path / 'x.npy'}"))
     assert capsys.readouterr().out == ""
 

@@ -2,6 +2,7 @@
 
 The directory is written next to the run under a temporary name and renamed into place when complete,
 so a failed or interrupted export leaves the previous export (or none), never a partial one."""
+import hashlib
 import json
 import logging
 import os
@@ -51,12 +52,13 @@ def _restored_model(config: dict, run, state) -> nnx.Module:
     return nnx.merge(graphdef, state.params, state.model_state)
 
 
-def signature_of(exported, data, step: int, test_metrics: dict, config: dict) -> dict:
+def signature_of(exported, data, step: int, test_metrics: dict, config: dict, model: bytes) -> dict:
     outputs = [{"name": name, "shape": [None, data.out_features], "dtype": "float32"}
                for name in output_names(data.task)]
     return {
         "format": "jax.export",
         "model": "model.jax",
+        "model_sha256": hashlib.sha256(model).hexdigest(),  # damaged constants still deserialize and run
         "input": {"name": "x", "shape": [None, *data.input_shape], "dtype": INPUT_DTYPE,
                   "units": "raw, as the dataset stores them: normalisation is part of the model"},
         "outputs": outputs,
@@ -148,7 +150,8 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
     predict = inference_function(_restored_model(meta["config"], run, served), run.data)
     exported = export_function(predict, run.data.input_shape, cfg.platforms)
     test_metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, *run.eval_sets["test"])
-    signature = signature_of(exported, run.data, step, test_metrics, meta["config"])
+    model = bytes(exported.serialize())
+    signature = signature_of(exported, run.data, step, test_metrics, meta["config"], model)
     if meta["config"].get("privacy", {}).get("mode") == "dpsgd":
         early_stopping = meta["config"]["trainer"].get("early_stopping") or {}
         # `final` is the best checkpoint with early stopping (zoo.evaluate._pick_steps)
@@ -156,7 +159,7 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
         signature["privacy"] = _privacy_at(cfg.run_dir, step, chosen_by_metric=best)
     if is_primary():  # with distributed=explicit|auto every process computes the metrics; one writes
         try:
-            write_directory(out_dir, {"model.jax": bytes(exported.serialize()),
+            write_directory(out_dir, {"model.jax": model,
                                        "signature.json": json.dumps(signature, indent=2).encode()})
         except OSError as e:  # a full disk or quota, an I/O error: write_directory has undone its part
             raise UserError(f"the export cannot be written to {out_dir} ({e.strerror or e}); nothing there was "

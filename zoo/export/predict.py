@@ -2,6 +2,7 @@
 
 Needs only jax and numpy, as a service serving the artifact would. Everything is computed before anything
 is written: a refused input or a failed batch leaves no partial output."""
+import hashlib
 import itertools
 import json
 import math
@@ -61,7 +62,10 @@ def load_export(run_dir: str):
             signature = json.load(f)
         _ = signature["input"]["shape"][1:], signature["task"]  # what predicting reads of it
         with open(os.path.join(directory, signature["model"]), "rb") as f:
-            exported = jax.export.deserialize(bytearray(f.read()))
+            model = f.read()
+        if "model_sha256" in signature and hashlib.sha256(model).hexdigest() != signature["model_sha256"]:
+            raise ValueError("model.jax is not the file signature.json describes: its sha256 differs")
+        exported = jax.export.deserialize(bytearray(model))
         exported.mlir_module()  # its StableHLO program, which deserialize leaves to the first call
         _check_signature(exported, signature)
     except Exception as e:  # noqa: BLE001 — a damaged artifact fails in the reader or deserializer in many ways
