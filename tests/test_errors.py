@@ -775,9 +775,12 @@ def test_eval_over_damaged_metadata_uses_the_steps_that_are_readable(make_cfg, t
 
 
 def test_a_damaged_saved_metric_is_one_sentence_for_eval_and_resume(make_cfg, trained):
-    damaged = next((trained / "checkpoints").rglob("metrics/metrics"))  # orbax reads these when it opens the run
+    damaged = trained / "checkpoints" / "4" / "metrics" / "metrics"  # orbax reads these when it opens the run
     damaged.write_text("")
-    message = r"the checkpoints in .*/checkpoints cannot be opened \(JSONDecodeError: .*\); move the damaged step out"
+    # the step is named: the run holds several, and orbax's error names no file
+    message = (rf"the checkpoints in .*/checkpoints cannot be opened: step 4's saved metrics \({damaged}\) are "
+               rf"damaged \(JSONDecodeError: .*\); move that step out of it \({damaged.parent.parent}\) or start in "
+               "a new hydra.run.dir")
     with pytest.raises(UserError, match=message):
         evaluate(eval_cfg(make_cfg, trained))
     with pytest.raises(UserError, match=message):

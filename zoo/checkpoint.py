@@ -5,6 +5,7 @@ Orbax writes each step into a temporary directory and renames it when complete, 
 """
 import dataclasses
 import errno
+import json
 import logging
 import os
 import sys
@@ -103,6 +104,21 @@ class NewestRegular(pp.PreservationPolicy):
         return [i in kept for i in range(len(checkpoints))]
 
 
+def _damaged_metrics(directory: str):
+    """(step, path) of the first step in `directory` whose saved metrics are not JSON, else None."""
+    steps = sorted((name for name in os.listdir(directory) if name.isdigit()), key=int)
+    for step in steps:
+        path = os.path.join(directory, step, "metrics", "metrics")
+        try:
+            with open(path) as f:
+                json.load(f)
+        except FileNotFoundError:  # a step saved without metrics
+            continue
+        except (OSError, ValueError):
+            return step, path
+    return None
+
+
 class StateMismatch(UserError):
     """The checkpoint holds a state of another structure or shapes than the run restoring it: not damage."""
 
@@ -134,8 +150,14 @@ class Checkpoints:
             raise UserError(f"cannot create checkpoints in {self.directory} ({e.strerror or e}); choose a "
                             "writable hydra.run.dir (or paths.output_dir).") from None
         except ValueError as e:  # orbax reads each step's saved metrics here; one is damaged
-            raise UserError(f"the checkpoints in {self.directory} cannot be opened ({brief(e)}); move the damaged "
-                            "step out of it or start in a new hydra.run.dir.") from None
+            damaged = _damaged_metrics(self.directory)  # orbax's error names no file, and a run holds several steps
+            if damaged is None:
+                raise UserError(f"the checkpoints in {self.directory} cannot be opened ({brief(e)}); move the "
+                                "damaged step out of it or start in a new hydra.run.dir.") from None
+            step, path = damaged
+            raise UserError(f"the checkpoints in {self.directory} cannot be opened: step {step}'s saved metrics "
+                            f"({path}) are damaged ({brief(e)}); move that step out of it "
+                            f"({os.path.join(self.directory, step)}) or start in a new hydra.run.dir.") from None
 
     def steps(self) -> list:
         return sorted(self.manager.all_steps())
