@@ -260,6 +260,19 @@ def test_a_run_that_resumed_and_then_failed_keeps_the_record_of_its_own_command(
     assert "optimizer.learning_rate=1e6" in (run_dir / ".hydra" / "overrides.yaml").read_text()
 
 
+def test_a_run_ended_by_an_error_says_why_in_its_train_log_where_eval_points(data_dir, tmp_path):
+    """The error went to the console alone: eval.py's refusal of the run sent the user to an empty train.log."""
+    run_dir = tmp_path / "run"
+    diverged = run(["debug=smoke", "optimizer=sgd", "optimizer.learning_rate=1e6", f"hydra.run.dir={run_dir}"],
+                   data_dir)
+    assert diverged.returncode == 2 and "non-finite" in diverged.stderr
+    said = diverged.stderr.strip().splitlines()[-1]
+    assert said.startswith("error: training loss became non-finite")
+    assert (run_dir / "train.log").read_text().splitlines()[-1].endswith(f"[ERROR] - {said}")
+    evaluated = run([f"run_dir={run_dir}"], data_dir, script="eval.py")
+    assert evaluated.returncode == 2 and "ended before its first checkpoint (its train.log says why" in evaluated.stderr
+
+
 def assert_final_checkpoint_equals_in_process_run(run_dir, make_cfg, overrides):
     """The resumed subprocess run ends with the very parameters of an uninterrupted run."""
     cfg = make_cfg(*overrides, out="reference")

@@ -579,7 +579,20 @@ HYDRA_MODES_REFUSED = "Only one of --run, --multirun, --cfg, --info and --shell_
 
 def _exit(message: str, code: int, hard: bool = False):
     print(f"error: {message}", file=sys.stderr)
+    _into_log_files(f"error: {message}")
     (_hard_exit if hard else sys.exit)(code)
+
+
+def _into_log_files(line: str) -> None:
+    """The sentence a command ends with, also in its log file (a run's train.log), which eval.py sends the user to
+    for why a run ended early; not to the console, which has it already. A log that cannot be written (the full
+    disk the sentence may be about) is left as it is."""
+    record = logging.LogRecord("zoo", logging.ERROR, __file__, 0, line, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and handler.stream is not None:
+            with contextlib.suppress(Exception):  # logging's own emit would print a traceback about it
+                handler.stream.write(handler.format(record) + handler.terminator)
+                handler.flush()
 
 
 def _hard_exit(code: int):
