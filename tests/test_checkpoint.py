@@ -252,6 +252,16 @@ def test_eval_picks_latest_and_steps(make_cfg, tmp_path):
         evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=5"))
 
 
+def test_eval_of_the_best_of_a_run_that_kept_none_says_it_is_the_best_of_those_kept(make_cfg, tmp_path, caplog):
+    """checkpoint.keep_best=0: the run's best (step 12) is gone, and checkpoint=best was step 20 without a word."""
+    train(make_cfg("debug=smoke", "trainer.max_steps=30", "trainer.checkpoint_every=10", "trainer.eval_every=2",
+                   "optimizer.learning_rate=0.3", "checkpoint.keep=2", "checkpoint.keep_best=0"))
+    with caplog.at_level("WARNING", logger="zoo"):
+        assert evaluate(eval_cfg(make_cfg, tmp_path / "run", "checkpoint=best"))["step"] == 20
+    assert ("the run kept no best checkpoint (checkpoint.keep_best=0): checkpoint=best is step 20, the best by "
+            "accuracy of the steps it kept [20, 30]") in caplog.text
+
+
 def test_eval_of_a_run_still_training_reads_its_newer_checkpoints(make_cfg, tmp_path, monkeypatch, caplog):
     """The trainer saves new steps and deletes old ones while eval reads: eval reads the steps on disk again."""
     import zoo.evaluate

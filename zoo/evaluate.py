@@ -141,10 +141,14 @@ def _pick_steps(ckpts: Checkpoints, which, cfg: DictConfig) -> list:
     if which == "latest":
         return list(reversed(steps))
     if which == "best":
-        best = ckpts.best_step(**_best_settings(saved))
+        settings = _best_settings(saved)
+        best = ckpts.best_step(**settings)
         if best is None:
             raise UserError(f"no checkpoint in {ckpts.directory} has eval metrics to pick the best from; "
                             "use checkpoint=latest or a step.")
+        if saved.checkpoint.keep_best == 0:  # its best may be long deleted: the step alone would pass for it
+            log.warning("the run kept no best checkpoint (checkpoint.keep_best=0): checkpoint=best is step %d, the "
+                        "best by %s of the steps it kept %s", best, settings["metric"], steps)
         return [best]
     if str(which).isdigit() and int(which) in steps:
         return [int(which)]
