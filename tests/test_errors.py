@@ -701,8 +701,11 @@ def test_eval_on_corrupt_checkpoints(make_cfg, trained, caplog):
     assert not isinstance(damaged.value, RunRefused)  # sweep's job ends failed, not stopped-and-resumable
     for meta in (trained / "checkpoints").rglob("meta/metadata"):
         meta.write_text("{not json")
-    with pytest.raises(UserError, match=r"checkpoint step 6 in .* has unreadable metadata"):
-        evaluate(eval_cfg(make_cfg, trained))
+    for choice in ("final", "latest", "best"):  # every step tried: said so, with the way out
+        with pytest.raises(UserError, match=r"^no checkpoint in .*/checkpoints has readable metadata \(tried steps "
+                                            r"\[6, 4, 2\]; step 6: Expecting .*\); train the run again or pass "
+                                            r"another run_dir\.$"):
+            evaluate(eval_cfg(make_cfg, trained, f"checkpoint={choice}"))
 
 
 def _reads_abandoned_at_the_first_failure(files: str, abandoned: list):
@@ -760,8 +763,8 @@ def test_eval_over_damaged_metadata_uses_the_steps_that_are_readable(make_cfg, t
     assert evaluate(eval_cfg(make_cfg, trained, "checkpoint=best"))["step"] == best
     for step, path in metas.items():  # metadata that reads, but without a config: as unreadable
         path.write_text(json.dumps({k: v for k, v in saved[step].items() if k != "config"}))
-    with pytest.raises(UserError, match=r"checkpoint step 6 in .*/checkpoints has unreadable metadata \(it holds no "
-                                        r"config\)"):
+    with pytest.raises(UserError, match=r"no checkpoint in .*/checkpoints has readable metadata \(tried steps "
+                                        r"\[6, 4, 2\]; step 6: it holds no config\)"):
         evaluate(eval_cfg(make_cfg, trained))
     for step, path in metas.items():
         path.write_text(json.dumps({**saved[step], "config": {**saved[step]["config"], "model": None}}))

@@ -232,6 +232,9 @@ class Checkpoints:
                 return meta
             except Exception as e:  # noqa: BLE001 — orbax raises many types for a damaged file
                 first_error = first_error or e
+        if len(steps) > 1:
+            raise UserError(f"no checkpoint in {self.directory} has readable metadata (tried steps {steps}; step "
+                            f"{steps[0]}: {first_error})" + (f"; {hint}" if hint else "."))
         raise UserError(f"checkpoint step {steps[0]} in {self.directory} has unreadable metadata ({first_error})"
                         + (f"; {hint}" if hint else "."))
 

@@ -174,7 +174,9 @@ def _best_settings(saved: DictConfig) -> dict:
 def saved_train_config(ckpts: Checkpoints, steps: list, cfg: DictConfig) -> DictConfig:
     """The run's own config, from the first of `steps` with readable metadata, checked against the allow-list,
     with this command's overrides for placement."""
-    saved = ckpts.first_readable_meta(steps)["config"]
+    # every step of the run unreadable: nothing left to choose; one chosen step names the others (_restore)
+    hint = "train the run again or pass another run_dir." if set(steps) == set(ckpts.steps()) else ""
+    saved = ckpts.first_readable_meta(steps, hint=hint)["config"]
     try:
         train_cfg = saved_with_defaults(saved)
     except Exception as e:  # noqa: BLE001 — omegaconf's key and type errors
