@@ -409,6 +409,22 @@ def test_a_damaged_final_checkpoint_is_replaced_when_the_rerun_trains_that_step_
     assert result["step"] == 6 and result["metrics"] == pytest.approx(whole["test"], rel=1e-6)
 
 
+def test_resuming_from_a_run_early_stopping_ended_is_one_sentence(make_cfg, tmp_path):
+    """The new run stood stopped at the source's end and looked for the best checkpoint in its own, empty
+    checkpoints/: 'checkpoint step None ... cannot be restored (FileNotFoundError: No steps found ...)'."""
+    common = ["debug=smoke", "trainer.max_steps=40", "trainer.eval_every=2", "trainer.checkpoint_every=4",
+              "trainer.early_stopping.patience=2", "optimizer.learning_rate=0.3"]  # stops at 16, best 12
+    source = train(make_cfg(*common, out="source"))
+    assert source["early_stopping"]["stopped_step"] == 16 and source["early_stopping"]["best_checkpoint_step"] == 12
+    resume = tmp_path / "source" / "checkpoints"
+    with pytest.raises(UserError, match=rf"^trainer\.resume={resume} holds a run that early stopping ended at step 16 "
+                                        r"\(its best checkpoint, step 12, is what it reports\); evaluate it with "
+                                        rf"eval\.py run_dir={resume.parent}, or leave out "
+                                        r"trainer\.early_stopping\.patience to train on from step 16\.$"):
+        train(make_cfg(*common, f"trainer.resume={resume}", out="new"))
+    train(make_cfg(*common[:4], f"trainer.resume={resume}", out="new"))  # the way out it names
+
+
 def test_rerun_after_preemption_continues_its_own_checkpoints_not_the_source(make_cfg, tmp_path, monkeypatch):
     """trainer.resume=<path> seeds an empty run; once the run has checkpoints of its own it continues from them."""
     train(make_cfg("debug=smoke", "trainer.max_steps=2", out="source"))

@@ -140,6 +140,12 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         if early is not None and meta:
             early.load_state_dict(meta.get("early_stopping"))
         stopped_early = early is not None and early.stopped_step is not None
+        if stopped_early and restored is not None and not own:  # its best checkpoint is in the other run alone
+            resume = str(cfg.trainer.resume)
+            raise UserError(f"trainer.resume={resume} holds a run that early stopping ended at step {start_step} (its "
+                            f"best checkpoint, step {early.best_step}, is what it reports); evaluate it with eval.py "
+                            f"run_dir={os.path.dirname(os.path.normpath(resume))}, or leave out "
+                            f"trainer.early_stopping.patience to train on from step {start_step}.")
         if restored is not None and start_step > total_steps and not stopped_early:
             where, instead = ((named_run_dir(out_dir), f"choose a new {new_run_dir(out_dir)}") if own else
                               (f"trainer.resume={cfg.trainer.resume}", "resume from an earlier run"))
