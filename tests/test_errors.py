@@ -1054,47 +1054,29 @@ def test_a_file_where_a_sweeps_job_folder_goes_is_one_sentence(tmp_path, capsys)
     assert capsys.readouterr().err == ""
 
 
-def test_a_run_dir_inside_a_runs_checkpoints_is_refused(tmp_path, capsys):
-    """Orbax would take the command's files there for a step, and delete them with the run's old steps."""
+@pytest.mark.parametrize("folder, why", [
+    # orbax would take the command's files there for a step, and delete them with the run's old steps
+    ("checkpoints", "whose old steps are deleted as it trains"),
+    # export.py replaces a run's export/ whole: a run trained inside it was deleted, checkpoints and all
+    ("export", "which export.py replaces whole"),
+])
+def test_a_run_dir_inside_a_runs_checkpoints_or_export_is_refused(tmp_path, capsys, folder, why):
     from omegaconf import OmegaConf
 
     run = tmp_path / "r"
-    (run / "checkpoints" / "6").mkdir(parents=True)
+    (run / folder / "6").mkdir(parents=True)
     (run / "results.json").write_text("{}")
-    for setting, path in [("hydra.run.dir", run / "checkpoints" / "6"), ("hydra.run.dir", run / "checkpoints" / "new"),
-                          ("hydra.sweep.dir", run / "checkpoints")]:  # a sweep's jobs would go below it
+    for setting, path in [("hydra.run.dir", run / folder / "6"), ("hydra.run.dir", run / folder / "new"),
+                          ("hydra.sweep.dir", run / folder)]:  # a sweep's jobs would go below it
         key = setting.split(".")[1]
         config = OmegaConf.create({"hydra": {key: {"dir": str(path)}, "output_subdir": ".hydra"}})
         with pytest.raises(SystemExit) as exit_:
             (RunDirCheck().on_run_start if key == "run" else RunDirCheck().on_multirun_start)(config)
         assert exit_.value.code == 2
-        assert capsys.readouterr().err == (f"error: {setting}={path} is inside a run's checkpoints/ ({run}), whose old "
-                                           f"steps are deleted as it trains; choose another {setting} outside it.\n")
-    assert not (run / "checkpoints" / "new").exists()  # refused before anything was created there
-    elsewhere = tmp_path / "checkpoints" / "exp1"  # a folder of that name beside no run is anyone's to use
-    RunDirCheck().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(elsewhere)}, "output_subdir": ".hydra"}}))
-    assert elsewhere.is_dir()
-
-
-def test_a_run_dir_inside_a_runs_export_is_refused(tmp_path, capsys):
-    """export.py replaces a run's export/ whole: a run trained inside it was deleted, checkpoints and all, by the next
-    export of the run around it."""
-    from omegaconf import OmegaConf
-
-    run = tmp_path / "r"
-    (run / "export").mkdir(parents=True)
-    (run / "results.json").write_text("{}")
-    for setting, path in [("hydra.run.dir", run / "export"), ("hydra.run.dir", run / "export" / "new"),
-                          ("hydra.sweep.dir", run / "export")]:
-        key = setting.split(".")[1]
-        config = OmegaConf.create({"hydra": {key: {"dir": str(path)}, "output_subdir": ".hydra"}})
-        with pytest.raises(SystemExit) as exit_:
-            (RunDirCheck().on_run_start if key == "run" else RunDirCheck().on_multirun_start)(config)
-        assert exit_.value.code == 2
-        assert capsys.readouterr().err == (f"error: {setting}={path} is inside a run's export/ ({run}), which "
-                                           f"export.py replaces whole; choose another {setting} outside it.\n")
-    assert not (run / "export" / "new").exists()
-    elsewhere = tmp_path / "export" / "exp1"  # a folder of that name beside no run is anyone's to use
+        assert capsys.readouterr().err == (f"error: {setting}={path} is inside a run's {folder}/ ({run}), {why}; "
+                                           f"choose another {setting} outside it.\n")
+    assert not (run / folder / "new").exists()  # refused before anything was created there
+    elsewhere = tmp_path / folder / "exp1"  # a folder of that name beside no run is anyone's to use
     RunDirCheck().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(elsewhere)}, "output_subdir": ".hydra"}}))
     assert elsewhere.is_dir()
 
