@@ -375,9 +375,14 @@ def saved_with_defaults(saved: dict) -> DictConfig:
     return OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
 
 
+def builder_name(tfds_name: str) -> str:
+    """dataset.tfds_name without the version or config it may pin: zoo_digits:1.0.0, zoo_digits/config."""
+    return tfds_name.split(":")[0].split("/")[0]
+
+
 def _validate_generator(d: DictConfig) -> None:
     """num_examples/num_features/noise generate synthetic_linear; anywhere else they would be silently ignored."""
-    if d.tfds_name.split(":")[0].split("/")[0] != "zoo_synthetic_linear":  # a pinned version is refused by name
+    if builder_name(d.tfds_name) != "zoo_synthetic_linear":  # a pinned version is refused by name
         given = [k for k in GENERATOR_KEYS if d[k] is not None]
         _require(not given, f"dataset.{given[0] if given else ''} only applies to dataset=synthetic_linear (it "
                  f"generates that data); remove it for dataset={d.name}.")

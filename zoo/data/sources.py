@@ -14,6 +14,7 @@ import tensorflow_datasets as tfds
 from google.protobuf import json_format
 
 from zoo.cli import launch_dir_path
+from zoo.config import builder_name
 from zoo.data import decoded
 from zoo.data.embedded import BUILDERS
 from zoo.errors import Interrupted, UserError
@@ -42,7 +43,7 @@ def _embedded_kwargs(cfg) -> dict:
 
 
 def _prepare_embedded(cfg, data_dir: str):
-    name = _builder_name(cfg)
+    name = builder_name(cfg.tfds_name)
     if cfg.tfds_name not in BUILDERS and name in BUILDERS:
         raise UserError(f"dataset.tfds_name={cfg.tfds_name} names a version or config of the embedded dataset {name}, "
                         f"which has none to choose (its dataset.* settings make it); set dataset.tfds_name={name}.")
@@ -172,16 +173,11 @@ def _prepared_dir(tfds_name: str) -> str:
 def _refuse_an_embedded_name_from_the_catalog(cfg) -> None:
     """An embedded builder read as a catalog dataset (dataset.embedded=false) was looked for on the network, and the
     refusal told to download it elsewhere, which no catalog holds, or to pick an embedded dataset: the one it had."""
-    name = _builder_name(cfg)
+    name = builder_name(cfg.tfds_name)
     if not cfg.embedded and name in BUILDERS:
         plain = "" if cfg.tfds_name == name else f"dataset.tfds_name={name} and "  # embedded ones take no version
         raise UserError(f"{_catalog_name(cfg)} cannot be downloaded: {name} is one of the zoo's embedded datasets, "
                         f"which are made on this machine, never downloaded; set {plain}dataset.embedded=true.")
-
-
-def _builder_name(cfg) -> str:
-    """dataset.tfds_name without the version or config it may pin: zoo_digits:1.0.0, zoo_digits/config."""
-    return cfg.tfds_name.split(":")[0].split("/")[0]
 
 
 def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
@@ -224,7 +220,7 @@ def _refuse_offline_when_another_version_is_prepared(cfg, data_dir: str) -> None
     try:
         versions = sorted((v for v in os.listdir(where) if os.path.isfile(os.path.join(where, v, "dataset_info.json"))),
                           key=lambda v: [int(p) if p.isdigit() else -1 for p in v.split(".")])
-        wanted = str(tfds.builder_cls(cfg.tfds_name.split("/")[0]).VERSION)
+        wanted = str(tfds.builder_cls(builder_name(cfg.tfds_name)).VERSION)
     except Exception:  # noqa: BLE001 — no such directory, or a builder TFDS cannot name: the offline sentence says it
         return
     versions = [v for v in versions if v != wanted]  # that one, were it there, failed for a reason named before
