@@ -1,8 +1,11 @@
-"""Every command the README's code blocks show (`python train.py ...`, `python eval.py ...`) runs as written.
+"""Every command the README shows (`python train.py ...`, `python eval.py ...`) runs as written.
 
 Each runs as a fresh subprocess with tiny settings appended (`debug=smoke`, its own run dir); `run_dir=...`
 placeholders point at a run trained (and exported) beforehand, and catalog datasets (which download) run on
 `tfds.testing.mock_data`. Lines using shell variables (the multi-process loop) are covered by test_distributed.py.
+Commands quoted inline in the prose (`python train.py experiment=...`) run too; the inline `python -m zoo.bench...`
+lines are the benchmarks, each run in its quick mode by its own tests/test_bench*.py (test_privacy.py for
+zoo.bench.privacy), and `python serve.py` is the README's own serving block, which test_export.py runs.
 """
 import re
 import shlex
@@ -21,20 +24,28 @@ MOCK_CATALOG = ("import runpy, sys, tensorflow_datasets as tfds\n"
 
 
 def readme_commands(text: str) -> list:
-    """Command lines of the README's code blocks that start a zoo script or module (pytest excluded)."""
+    """Command lines of the README's code blocks and `python ...` quotes that start a zoo script or module."""
     commands = []
+
+    def add(part: str, inline: bool = False):
+        words = shlex.split(part)
+        if len(words) < 2 or words[0] != "python" or "$" in part or words[1:3] == ["-m", "pytest"]:
+            return
+        script = words[1].endswith(".py") and (not inline or (ROOT / words[1]).is_file())
+        module = words[1] == "-m" and words[2].startswith("zoo") and not inline
+        if (script or module) and words[1:] not in commands:
+            commands.append(words[1:])
+
     for language, block in re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
         if language not in ("", "bash", "sh"):
             continue
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             for part in line.split("&&"):
-                words = shlex.split(part)
-                if len(words) < 2 or words[0] != "python" or "$" in part or words[1:3] == ["-m", "pytest"]:
-                    continue
-                if (words[1].endswith(".py") or (words[1] == "-m" and words[2].startswith("zoo"))) and \
-                        words[1:] not in commands:
-                    commands.append(words[1:])
+                add(part)
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    for span in re.findall(r"`(python\s[^`]+)`", prose):  # commands quoted in the text, a line break being a space
+        add(" ".join(span.split()), inline=True)
     return commands
 
 
@@ -46,6 +57,9 @@ def test_readme_commands_are_found():
     assert {"train.py", "eval.py"} <= scripts and len(COMMANDS) >= 10, COMMANDS
     assert readme_commands("```bash\npip install x && python train.py a=1  # note\n```\n") == [["train.py", "a=1"]]
     assert readme_commands("```python\nprint('x')\n```\n\n```bash\npython eval.py b=2\n```\n") == [["eval.py", "b=2"]]
+    inline = "Run `python train.py c=3` or `python\ntrain.py d=4`; not `python serve.py X`, `python -m zoo.bench`.\n"
+    assert readme_commands(inline) == [["train.py", "c=3"], ["train.py", "d=4"]]
+    assert ["train.py", "experiment=digits_cnn_cosine"] in COMMANDS  # a command of the README's prose
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +87,8 @@ def with_tiny_settings(words: list, tmp_path, run_dir) -> list:
         extra = ["debug=smoke"]
         if any(w.startswith("trainer.early_stopping.") for w in rest):  # room for more periodic evals than patience
             extra += ["trainer.epochs=3", "trainer.max_steps=null"]
+        if any(w.startswith("experiment=") for w in rest):  # room for the warmup of its schedule (50 steps)
+            extra.append("trainer.max_steps=60")
         if flags:
             extra.append(f"hydra.sweep.dir={tmp_path / 'sweep'}")
             if any(w.startswith("hparams_search=") for w in rest):
