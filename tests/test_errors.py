@@ -826,6 +826,22 @@ def test_eval_of_a_folder_of_runs_names_its_newest_run(make_cfg, tmp_path):
             evaluate(eval_cfg(make_cfg, folder))
 
 
+def test_eval_of_the_folder_of_the_sweeps_names_its_newest_job(make_cfg, tmp_path):
+    """multirun/ (the folder of the dated sweeps, whose jobs lie three levels below it) was told to be trained, with
+    checkpoint.enabled=true, where outputs/ names its newest run."""
+    import os
+
+    sweep = tmp_path / "multirun" / "2026-12-05" / "13-19-02"
+    for i in (0, 1):
+        (sweep / str(i) / "checkpoints").mkdir(parents=True)
+        os.utime(sweep / str(i), (1000 + i, 1000 + i))
+    (sweep / "multirun.yaml").write_text("{}\n")
+    folder = tmp_path / "multirun"
+    with pytest.raises(UserError, match=rf"^run_dir={folder} is not a run but holds runs below it; pass one of "
+                                        rf"them, e\.g\. the newest, run_dir={sweep / '1'}\.$"):
+        evaluate(eval_cfg(make_cfg, folder))
+
+
 def test_eval_of_a_sweep_job_that_failed_before_its_first_checkpoint_says_why(make_cfg, tmp_path):
     job = tmp_path / "sweep" / "1"
     (job / "checkpoints").mkdir(parents=True)

@@ -100,15 +100,16 @@ def _not_a_run(run_dir: str):
         return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "
                 "(its summary.md ranks them).")
     runs = _runs_below(run_dir)
-    if runs:  # outputs/ or outputs/<date>/: was told to be trained itself
+    if runs:  # outputs/, outputs/<date>/, multirun/ or multirun/<date>/: was told to be trained itself
         newest = max(runs, key=os.path.getmtime)
         return (f"run_dir={run_dir} is not a run but holds runs below it; pass one of them, e.g. the newest, "
                 f"run_dir={newest}.")
     return None
 
 
-def _runs_below(folder: str, depth: int = 2) -> list:
-    """Training runs in the folders `depth` levels below `folder` at most (outputs/<date>/<time>)."""
+def _runs_below(folder: str, depth: int = 3) -> list:
+    """Training runs in the folders `depth` levels below `folder` at most (outputs/<date>/<time>, and a sweep's
+    jobs, multirun/<date>/<time>/<job>)."""
     try:
         below = [os.path.join(folder, name) for name in os.listdir(folder)]
     except OSError:
