@@ -842,6 +842,35 @@ def test_eval_of_the_folder_of_the_sweeps_names_its_newest_job(make_cfg, tmp_pat
         evaluate(eval_cfg(make_cfg, folder))
 
 
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_eval_of_an_eval_or_export_commands_own_directory_names_the_run_it_read(make_cfg, tmp_path, command):
+    """outputs/eval/<date>/<time> (eval.py's own .hydra/ and log, or export.py's) and the folders above it were told
+    to be trained with checkpoint.enabled=true."""
+    import os
+
+    run = tmp_path / "outputs" / "2026-12-05" / "13-18-44"
+    (run / "checkpoints").mkdir(parents=True)
+    dated = tmp_path / "outputs" / command / "2026-12-05"
+    for i, (name, read) in enumerate([("13-18-48-064020", run), ("13-19-00-000001", tmp_path / "typo")]):
+        (dated / name / ".hydra").mkdir(parents=True)
+        (dated / name / ".hydra" / "config.yaml").write_text(f"run_dir: {read}\ncheckpoint: final\n")
+        (dated / name / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    name: {command}\n")
+        (dated / name / f"{command}.log").write_text("")
+        os.utime(dated / name, (1000 + i, 1000 + i))
+    own = dated / "13-18-48-064020"
+    with pytest.raises(UserError, match=rf"^run_dir={own} is the directory of an {command}\.py command \(its \.hydra/ "
+                                        rf"and {command}\.log\), not a training run; pass the run it read, "
+                                        rf"run_dir={run}\.$"):
+        evaluate(eval_cfg(make_cfg, own))
+    with pytest.raises(UserError, match=r"is the directory of an .*; pass a training run\.$"):  # it read no run
+        evaluate(eval_cfg(make_cfg, dated / "13-19-00-000001"))
+    for folder in (dated, dated.parent):  # the newest command that read a run names it
+        with pytest.raises(UserError, match=rf"^run_dir={folder} holds the directories of eval\.py or export\.py "
+                                            r"commands, not training runs; pass a training run's directory, e\.g\. "
+                                            rf"the one the newest of them read, run_dir={run}\.$"):
+            evaluate(eval_cfg(make_cfg, folder))
+
+
 def test_eval_of_a_sweep_job_that_failed_before_its_first_checkpoint_says_why(make_cfg, tmp_path):
     job = tmp_path / "sweep" / "1"
     (job / "checkpoints").mkdir(parents=True)
