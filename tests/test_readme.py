@@ -6,7 +6,9 @@ placeholders point at a run trained (and exported) beforehand, and catalog datas
 Commands quoted inline in the prose (`python train.py experiment=...`) run too; the inline `python -m zoo.bench...`
 lines are the benchmarks, each run in its quick mode by its own tests/test_bench*.py (test_privacy.py for
 zoo.bench.privacy), and `python serve.py` is the README's own serving block, which test_export.py runs.
+docs/sweeps.md's commands run the same way, a placeholder `multirun/<date>/<time>` naming a sweep run beforehand.
 """
+import os
 import re
 import shlex
 import subprocess
@@ -74,13 +76,23 @@ def trained_run(data_dir, tmp_path_factory):
     return run_dir
 
 
-def with_tiny_settings(words: list, tmp_path, run_dir) -> list:
-    """The command with placeholders filled and tiny settings placed right after the script and its flags."""
-    script, *rest = [f"run_dir={run_dir}" if w.startswith("run_dir=") else w for w in words]
+def with_tiny_settings(words: list, tmp_path, run_dir, sweep_dir=None) -> list:
+    """The command with placeholders filled and tiny settings placed right after the script and its flags (a
+    multirun's own directory and trial count last, so that they win over the command's)."""
+    def filled(word: str) -> str:
+        if word.startswith("run_dir="):
+            return f"run_dir={run_dir}"
+        if sweep_dir and re.fullmatch(r"multirun/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d", word):  # a sweep's directory
+            return str(sweep_dir)
+        return str(ROOT) + word[len("/path/to/zoo"):] if word.startswith("/path/to/zoo/") else word
+
+    script, *rest = [filled(w) for w in words]
     if script == "-m":  # python -m zoo.<module>: its own quick mode
         quick = ["--quick", "--out", str(tmp_path / "bench.json")] if rest[0].startswith("zoo.bench") else []
         return [script, *rest, *quick]
-    extra = [f"hydra.run.dir={tmp_path / 'run'}"]
+    if script not in ("train.py", "eval.py", "export.py", "predict.py"):  # a script of its own: zoo/sweeps/report.py
+        return [script, *rest]
+    extra, last = [f"hydra.run.dir={tmp_path / 'run'}"], []
     flags = [w for w in rest if w in ("-m", "--multirun")]  # argparse wants the overrides in one run after them
     rest = [w for w in rest if w not in flags]
     if script == "train.py":
@@ -90,19 +102,19 @@ def with_tiny_settings(words: list, tmp_path, run_dir) -> list:
         if any(w.startswith("experiment=") for w in rest):  # room for the warmup of its schedule (50 steps)
             extra.append("trainer.max_steps=60")
         if flags:
-            extra.append(f"hydra.sweep.dir={tmp_path / 'sweep'}")
+            last.append(f"hydra.sweep.dir={tmp_path / 'sweep'}")
             if any(w.startswith("hparams_search=") for w in rest):
-                extra.append("hydra.sweeper.n_trials=2")
+                last.append("hydra.sweeper.n_trials=2")
         else:
             extra.append(f"hydra.run.dir={tmp_path / 'run'}")
-    return [script, *flags, *extra, *rest]
+    return [script, *flags, *extra, *rest, *last]
 
 
-@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:80] for c in COMMANDS])
-def test_readme_command_runs(words, data_dir, tmp_path, trained_run):
-    args = with_tiny_settings(words, tmp_path, trained_run)
+def run_as_written(words, data_dir, tmp_path, trained_run, sweep_dir=None):
+    args = with_tiny_settings(words, tmp_path, trained_run, sweep_dir)
     prefix = [sys.executable, "-c", MOCK_CATALOG] if any(a in CATALOG for a in args) else [sys.executable]
-    done = subprocess.run(prefix + args, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True,
+    cwd = tmp_path if os.path.isabs(args[0]) else ROOT  # a script given by its path: run from another directory
+    done = subprocess.run(prefix + args, cwd=cwd, env=subprocess_env(data_dir), capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, f"python {' '.join(args)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     if args[0] == "train.py" and not {"--cfg", "--help"} & set(args):  # it trained: what a user would look at
@@ -110,3 +122,38 @@ def test_readme_command_runs(words, data_dir, tmp_path, trained_run):
         assert (tmp_path / "sweep" / "summary.csv" if multirun else tmp_path / "run" / "results.json").is_file()
     if args[0] == "eval.py":
         assert re.search(r"^test @ step \d+: loss=", done.stdout, re.M), done.stdout
+    return done
+
+
+@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:80] for c in COMMANDS])
+def test_readme_command_runs(words, data_dir, tmp_path, trained_run):
+    run_as_written(words, data_dir, tmp_path, trained_run)
+
+
+# docs/sweeps.md's commands that the README does not show. Its submitit sweeps are left to tests/test_submitit.py,
+# which runs the submitit_local line (submitit_slurm needs SLURM), and `python train.py -m ... hydra/launcher=...`
+# is a pattern, not a command.
+SWEEPS_COMMANDS = [c for c in readme_commands((ROOT / "docs" / "sweeps.md").read_text())
+                   if c not in COMMANDS and "..." not in c and
+                   not ("-m" in c and any(w.startswith("hydra/launcher=submitit") for w in c))]
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(data_dir, tmp_path_factory):
+    sweep = tmp_path_factory.mktemp("sweeps_md") / "sweep"
+    done = subprocess.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", f"hydra.sweep.dir={sweep}"],
+                          cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return sweep
+
+
+def test_sweeps_md_commands_are_found():
+    assert len(SWEEPS_COMMANDS) >= 10, SWEEPS_COMMANDS
+    assert ["-m", "zoo.sweeps.report", "multirun/2025-01-01/12-00-00"] in SWEEPS_COMMANDS
+
+
+@pytest.mark.parametrize("words", SWEEPS_COMMANDS, ids=[" ".join(c)[:80] for c in SWEEPS_COMMANDS])
+def test_sweeps_md_command_runs(words, data_dir, tmp_path, trained_run, sweep_dir):
+    done = run_as_written(words, data_dir, tmp_path, trained_run, sweep_dir)
+    if "report" in " ".join(words):
+        assert "summary written to" in done.stdout, done.stdout
