@@ -531,3 +531,33 @@ def test_a_copied_export_folder_is_not_taken_for_a_run(make_cfg, exported_run, t
                                             rf"from, run_dir={run_dir}\.$"):
             (export if script == "export.py" else evaluate)(make_cfg(f"run_dir={served}", config_name=config))
     assert sorted(p.name for p in served.iterdir()) == ["model.jax", "signature.json"]
+
+
+def test_predict_given_a_folder_of_runs_or_an_eval_commands_directory_names_a_run(tmp_path):
+    """outputs/, outputs/<date>/, multirun/ and outputs/eval/<date>/<time> were told `run python export.py
+    run_dir=<that folder> first`, which export.py refuses: the run to pass, an exported one where there is one."""
+    import os
+
+    outputs = tmp_path / "outputs"
+    for i, (name, exported) in enumerate((("09-00-00", True), ("10-00-00", False))):
+        run = outputs / "2026-12-05" / name
+        (run / "checkpoints").mkdir(parents=True)
+        if exported:
+            (run / "export").mkdir()
+            (run / "export" / "signature.json").write_text("{}")
+        os.utime(run, (1000 + i, 1000 + i))
+    (outputs / "export" / "2026-12-05" / "11-00-00-000002" / ".hydra").mkdir(parents=True)  # export.py's own
+    np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 1), np.float32))
+    x = f"input={tmp_path / 'x.npy'}"
+    exported = outputs / "2026-12-05" / "09-00-00"
+    for folder in (outputs, outputs / "2026-12-05"):
+        with pytest.raises(UserError, match=rf"^run_dir={folder} is not a run but holds runs below it; pass one of "
+                                            rf"them, e\.g\. the newest exported, run_dir={exported}\.$"):
+            predict(predict_cfg(f"run_dir={folder}", x))
+    own = outputs / "eval" / "2026-12-05" / "11-00-00-000001"
+    (own / ".hydra").mkdir(parents=True)
+    (own / ".hydra" / "config.yaml").write_text(f"run_dir: {exported}\ncheckpoint: final\n")
+    (own / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    name: eval\n")
+    with pytest.raises(UserError, match=rf"^run_dir={own} is the directory of an eval\.py command \(its \.hydra/ and "
+                                        rf"eval\.log\), not a training run; pass the run it read, run_dir={exported}\.$"):
+        predict(predict_cfg(f"run_dir={own}", x))

@@ -20,7 +20,7 @@ import tempfile
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.errors import Interrupted, UserError, exit_with
@@ -276,6 +276,60 @@ def numbered_job_dirs(config) -> bool:
 
 def holds_training_run(path: str) -> bool:
     return any(os.path.exists(os.path.join(path, name)) for name in ("checkpoints", "results.json"))
+
+
+def command_read(path: str):
+    """(the run_dir it read, its script) where `path` is the directory an eval.py or export.py command kept its
+    .hydra/ and log in (outputs/eval/<date>/<time>), else None. Their configs hold run_dir; a training run's not."""
+    try:
+        cfg = OmegaConf.load(os.path.join(path, ".hydra", "config.yaml"))
+        if not isinstance(cfg, DictConfig) or "run_dir" not in cfg or "model" in cfg:
+            return None
+        read = "" if OmegaConf.is_missing(cfg, "run_dir") else str(cfg.run_dir or "")
+    except Exception:  # noqa: BLE001 — no record, or one that does not read: not known to be a command's
+        return None
+    try:
+        name = str(OmegaConf.load(os.path.join(path, ".hydra", "hydra.yaml")).hydra.job.name)
+    except Exception:  # noqa: BLE001 — its script is then not named
+        name = ""
+    return read, f"{name}.py" if name in ("eval", "export") else ""
+
+
+def a_commands_own_directory(run_dir: str):
+    """The sentence for a run_dir that is an eval.py or export.py command's own directory, else None."""
+    read = command_read(run_dir)
+    if read is None:
+        return None
+    name, log = (read[1], f"{read[1][:-3]}.log") if read[1] else ("eval.py or export.py", "log")
+    run = f"the run it read, run_dir={read[0]}" if read[0] and holds_training_run(read[0]) else "a training run"
+    return (f"run_dir={run_dir} is the directory of an {name} command (its .hydra/ and {log}), not a training run; "
+            f"pass {run}.")
+
+
+def folders_below(folder: str, depth: int) -> list:
+    """The folders `depth` levels below `folder` at most."""
+    try:
+        below = [os.path.join(folder, name) for name in os.listdir(folder)]
+    except OSError:
+        return []
+    folders = [path for path in below if os.path.isdir(path)]
+    return folders + [deeper for path in folders if depth > 1 for deeper in folders_below(path, depth - 1)]
+
+
+def runs_below(folder: str, depth: int = 3) -> list:
+    """Training runs in the folders `depth` levels below `folder` at most (outputs/<date>/<time>, and a sweep's
+    jobs, multirun/<date>/<time>/<job>)."""
+    try:
+        below = [os.path.join(folder, name) for name in os.listdir(folder)]
+    except OSError:
+        return []
+    runs = []
+    for path in filter(os.path.isdir, below):
+        if holds_training_run(path):
+            runs.append(path)
+        elif depth > 1:
+            runs += runs_below(path, depth - 1)
+    return runs
 
 
 def export_origin(path: str):

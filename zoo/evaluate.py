@@ -6,8 +6,8 @@ import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import (export_origin, holds_training_run, launch_dir_path, require_dir, run_whose_checkpoints_hold,
-                     unwritable_reason)
+from zoo.cli import (a_commands_own_directory, command_read, export_origin, folders_below, holds_training_run,
+                     launch_dir_path, require_dir, run_whose_checkpoints_hold, runs_below, unwritable_reason)
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
 from zoo.files import load_json, write_json
@@ -99,68 +99,22 @@ def _not_a_run(run_dir: str):
     if jobs:
         return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "
                 "(its summary.md ranks them).")
-    read = _command_read(run_dir)
-    if read is not None:  # outputs/eval/<date>/<time>: was told to be trained itself
-        name, log = (read[1], f"{read[1][:-3]}.log") if read[1] else ("eval.py or export.py", "log")
-        run = f"the run it read, run_dir={read[0]}" if read[0] and holds_training_run(read[0]) else "a training run"
-        return (f"run_dir={run_dir} is the directory of an {name} command (its .hydra/ and {log}), not a training "
-                f"run; pass {run}.")
-    commands = [path for path in _folders_below(run_dir, 2) if _command_read(path) is not None]
-    if commands and not _runs_below(run_dir):  # outputs/eval/ or outputs/eval/<date>/
-        read = [_command_read(path)[0] for path in sorted(commands, key=os.path.getmtime, reverse=True)]
+    own = a_commands_own_directory(run_dir)
+    if own:  # outputs/eval/<date>/<time>: was told to be trained itself
+        return own
+    commands = [path for path in folders_below(run_dir, 2) if command_read(path) is not None]
+    if commands and not runs_below(run_dir):  # outputs/eval/ or outputs/eval/<date>/
+        read = [command_read(path)[0] for path in sorted(commands, key=os.path.getmtime, reverse=True)]
         read = [path for path in read if path and holds_training_run(path)]  # not a refused command's run_dir
         example = f", e.g. the one the newest of them read, run_dir={read[0]}" if read else ""
         return (f"run_dir={run_dir} holds the directories of eval.py or export.py commands, not training runs; pass "
                 f"a training run's directory{example}.")
-    runs = _runs_below(run_dir)
+    runs = runs_below(run_dir)
     if runs:  # outputs/, outputs/<date>/, multirun/ or multirun/<date>/: was told to be trained itself
         newest = max(runs, key=os.path.getmtime)
         return (f"run_dir={run_dir} is not a run but holds runs below it; pass one of them, e.g. the newest, "
                 f"run_dir={newest}.")
     return None
-
-
-def _command_read(path: str):
-    """(the run_dir it read, its script) where `path` is the directory an eval.py or export.py command kept its
-    .hydra/ and log in (outputs/eval/<date>/<time>), else None. Their configs hold run_dir; a training run's not."""
-    try:
-        cfg = OmegaConf.load(os.path.join(path, ".hydra", "config.yaml"))
-        if not isinstance(cfg, DictConfig) or "run_dir" not in cfg or "model" in cfg:
-            return None
-        read = "" if OmegaConf.is_missing(cfg, "run_dir") else str(cfg.run_dir or "")
-    except Exception:  # noqa: BLE001 — no record, or one that does not read: not known to be a command's
-        return None
-    try:
-        name = str(OmegaConf.load(os.path.join(path, ".hydra", "hydra.yaml")).hydra.job.name)
-    except Exception:  # noqa: BLE001 — its script is then not named
-        name = ""
-    return read, f"{name}.py" if name in ("eval", "export") else ""
-
-
-def _folders_below(folder: str, depth: int) -> list:
-    """The folders `depth` levels below `folder` at most."""
-    try:
-        below = [os.path.join(folder, name) for name in os.listdir(folder)]
-    except OSError:
-        return []
-    folders = [path for path in below if os.path.isdir(path)]
-    return folders + [deeper for path in folders if depth > 1 for deeper in _folders_below(path, depth - 1)]
-
-
-def _runs_below(folder: str, depth: int = 3) -> list:
-    """Training runs in the folders `depth` levels below `folder` at most (outputs/<date>/<time>, and a sweep's
-    jobs, multirun/<date>/<time>/<job>)."""
-    try:
-        below = [os.path.join(folder, name) for name in os.listdir(folder)]
-    except OSError:
-        return []
-    runs = []
-    for path in filter(os.path.isdir, below):
-        if holds_training_run(path):
-            runs.append(path)
-        elif depth > 1:
-            runs += _runs_below(path, depth - 1)
-    return runs
 
 
 def _naming_the_other_steps(error: UserError, ckpts: Checkpoints, candidates) -> UserError:

@@ -14,7 +14,8 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import export_origin, require_dir, run_whose_checkpoints_hold
+from zoo.cli import (a_commands_own_directory, export_origin, holds_training_run, require_dir,
+                     run_whose_checkpoints_hold, runs_below)
 from zoo.errors import UserError
 from zoo.files import write_text
 
@@ -55,8 +56,8 @@ def load_export(run_dir: str):
     """(exported function, signature) from `<run_dir>/export/`."""
     require_dir(run_dir, "run_dir", "an exported training run")
     directory = os.path.join(run_dir, "export")
-    if not os.path.isdir(directory):
-        _refuse_a_folder_above_or_inside_a_run(run_dir)
+    if not os.path.isfile(os.path.join(directory, "signature.json")) and not holds_training_run(run_dir):
+        _refuse_a_folder_above_or_inside_a_run(run_dir)  # outputs/ holds an export/ too: export.py's own folders
     try:
         with open(os.path.join(directory, "signature.json")) as f:
             signature = json.load(f)
@@ -79,8 +80,9 @@ def load_export(run_dir: str):
 
 
 def _refuse_a_folder_above_or_inside_a_run(run_dir: str) -> None:
-    """The run to pass where run_dir is its export/ or checkpoints/ folder, or a multirun's directory: exporting
-    that folder, as the refusal of a run without an export says to, would be refused too."""
+    """The run to pass where run_dir is its export/ or checkpoints/ folder, a multirun's directory, a folder of runs
+    or an eval.py command's own: exporting that folder, as the refusal of a run without an export says to, would be
+    refused too."""
     if os.path.basename(os.path.abspath(run_dir)) == "export" and \
             os.path.isfile(os.path.join(run_dir, "signature.json")):
         raise UserError(f"run_dir={run_dir} is a run's export/ folder; pass the run's directory, "
@@ -103,6 +105,15 @@ def _refuse_a_folder_above_or_inside_a_run(run_dir: str) -> None:
         if jobs:
             raise UserError(f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. "
                             f"run_dir={jobs[0]} (its summary.md ranks them).")
+    own = a_commands_own_directory(run_dir)  # outputs/eval/<date>/<time>
+    if own:
+        raise UserError(own)
+    runs = runs_below(run_dir)  # outputs/, outputs/<date>/, multirun/
+    if runs:
+        exported = [run for run in runs if os.path.isfile(os.path.join(run, "export", "signature.json"))]
+        newest = max(exported or runs, key=os.path.getmtime)
+        raise UserError(f"run_dir={run_dir} is not a run but holds runs below it; pass one of them, e.g. the newest"
+                        f"{' exported' if exported else ''}, run_dir={newest}.")
 
 
 def _check_signature(exported, signature: dict) -> None:
