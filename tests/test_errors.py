@@ -274,6 +274,20 @@ def test_distributed_auto_with_several_processes_needs_sharded_before_joining(ma
     assert not (tmp_path / "run").exists()
 
 
+def test_distributed_auto_outside_a_cluster_says_so_and_names_distributed_explicit(data_dir, tmp_path):
+    """It said to check distributed.coordinator_address, num_processes and process_id, which distributed=auto
+    refuses: it reads the processes from a cluster's environment, and there was none."""
+    env = {k: v for k, v in subprocess_env(data_dir).items() if not k.startswith(("SLURM_", "OMPI_"))}
+    done = subprocess.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=auto",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert_one_sentence(done, 2, "error: jax.distributed could not start with distributed=auto (")
+    assert re.search(r"\); distributed=auto reads the processes from a cluster's environment \(SLURM, Open MPI, "
+                     r"Kubernetes, TPU pods\) and found none here; run the command inside a cluster job, or use "
+                     r"distributed=explicit with distributed\.coordinator_address, distributed\.num_processes and "
+                     r"distributed\.process_id\.$", done.stderr.strip()), done.stderr
+
+
 FOLLOWED_ADVICE = [  # (refused overrides, what the message advises), each trained in a debug=smoke run
     ("trainer.accumulate=100", "trainer.max_steps=100 trainer.epochs=2"),
     ("trainer.accumulate=7 trainer.max_steps=100", "trainer.max_steps=84"),

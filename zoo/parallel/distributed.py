@@ -31,8 +31,13 @@ def init_distributed(cfg) -> None:
     try:
         jax.distributed.initialize(**kwargs, initialization_timeout=cfg.timeout_s)
     except Exception as e:  # noqa: BLE001 — surfaces as one sentence naming the settings
-        raise UserError(f"jax.distributed could not start with distributed={cfg.mode} ({e}); check "
-                        "distributed.coordinator_address, num_processes and process_id.") from None
+        advice = "check distributed.coordinator_address, num_processes and process_id"
+        if cfg.mode == "auto":  # which refuses those settings: it reads the processes from the environment
+            none = " and found none here" if "coordinator_address" in str(e) else ""  # JAX's words for no cluster
+            advice = ("distributed=auto reads the processes from a cluster's environment (SLURM, Open MPI, "
+                      f"Kubernetes, TPU pods){none}; run the command inside a cluster job, or use distributed=explicit "
+                      "with distributed.coordinator_address, distributed.num_processes and distributed.process_id")
+        raise UserError(f"jax.distributed could not start with distributed={cfg.mode} ({e}); {advice}.") from None
     if not is_primary():  # the processes share one run dir: its train.log is process 0's, as its other files
         root = logging.getLogger()
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
