@@ -157,3 +157,17 @@ def test_sweeps_md_command_runs(words, data_dir, tmp_path, trained_run, sweep_di
     done = run_as_written(words, data_dir, tmp_path, trained_run, sweep_dir)
     if "report" in " ".join(words):
         assert "summary written to" in done.stdout, done.stdout
+
+
+def test_the_tests_the_docs_name_exist():
+    """docs/errors.md names each row's test, README.md and docs/*.md name the tests behind their claims: a test
+    renamed or merged left its old name there (a name ending in `_...` or `_…` names the tests it begins)."""
+    defined = set(re.findall(r"^def (test_\w+)", "".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py")),
+                             re.M))
+    assert "test_the_tests_the_docs_name_exist" in defined
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for name, prefix in re.findall(r"\b(test_\w+?)(_\.\.\.|_…)?(?![\w.])", doc.read_text()):
+            if name.count("_") < 2:  # a setting or a key, such as dataset.test_fraction or test_units
+                continue
+            assert (any(d.startswith(name) for d in defined) if prefix else name in defined), \
+                f"{doc.name} names {name}{prefix}, which no test in tests/ is"
