@@ -620,3 +620,15 @@ def test_resuming_is_said_only_for_a_run_that_goes_on(make_cfg, caplog):
     with caplog.at_level(logging.INFO, logger="zoo"):
         train(make_cfg("debug=smoke", "trainer.max_steps=8"))
     assert "resuming from step 6 of " in caplog.text
+
+
+@pytest.mark.parametrize("metric,mode,values", [("r2", "max", [float("nan"), 0.5, 0.3, float("nan"), float("nan")]),
+                                                 ("loss", "min", [float("nan"), 0.5, 0.7, float("nan"), float("nan")])])
+def test_a_step_whose_metric_is_undefined_is_never_the_best_kept(tmp_path, metric, mode, values):
+    """A nan metric sorted anywhere: it was kept as the best, and the best step deleted."""
+    ckpts = Checkpoints(str(tmp_path / "checkpoints"), keep=1, keep_best=1, metric=metric, mode=mode, async_save=False)
+    for step, value in enumerate(values, start=1):
+        ckpts.save(step, {"w": np.zeros(2, np.float32)}, {"step": step, "metrics": {metric: value}},
+                   metrics={metric: value})
+    assert ckpts.steps() == [2, 5] and ckpts.best_step() == 2
+    ckpts.close()

@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, subprocess_env
 from test_checkpoint import leaves_equal, records
 from zoo.early_stopping import EarlyStopping
+from zoo.errors import UserError
 from zoo.evaluate import evaluate
 from zoo.preemption import Preempted
 import zoo.run_logger
@@ -101,6 +102,46 @@ def test_min_delta_decides_what_counts_as_an_improvement():
     assert [lower.update(s, {"loss": v}) for s, v in [(1, 2.0), (2, 1.5), (3, 1.5)]] == [False, False, True]
     by_a_margin = EarlyStopping(patience=1, min_delta=0.1, metric="loss", mode="min")  # 0.95 is not 0.1 below 1
     assert [by_a_margin.update(s, {"loss": v}) for s, v in [(1, 1.0), (2, 0.95)]] == [False, True]
+
+
+def test_an_undefined_metric_is_said_once_and_is_never_the_best(caplog):
+    """A nan eval (r2 of a split with constant targets) counted as the best, and nothing could improve on it."""
+    stopping = EarlyStopping(patience=1, min_delta=0.0, metric="r2", mode="max", split="validation")
+    nan = float("nan")
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        assert [stopping.update(s, {"r2": v}) for s, v in [(2, nan), (4, nan), (6, 0.5), (8, nan), (10, 0.7)]] == [
+            False] * 5
+    assert (stopping.best, stopping.best_step, stopping.bad_evals) == (0.7, 10, 0)
+    said = [r.getMessage() for r in caplog.records if "undefined" in r.getMessage()]
+    assert said == ["checkpoint.metric=r2 is undefined (nan) on the validation split at step 2: early stopping counts "
+                    "no such eval and keeps none as the best checkpoint; set checkpoint.metric to one defined there "
+                    "(e.g. loss), or give the validation split more than one example and targets that vary (r2 "
+                    "divides by their variance)."]
+    diverged = EarlyStopping(patience=1, min_delta=0.0, metric="loss", mode="min")  # not "choose loss" for loss
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        assert diverged.update(4, {"loss": nan}) is False
+    assert caplog.records[-1].getMessage() == (
+        "checkpoint.metric=loss is undefined (nan) on the test split at step 4: early stopping counts no such eval and "
+        "keeps none as the best checkpoint; the model's outputs on the test split are not finite; lower "
+        "optimizer.learning_rate or set trainer.clip_norm.")
+
+
+def test_a_run_whose_metric_is_undefined_trains_to_its_end_and_reports_the_final_state(make_cfg, tmp_path, caplog):
+    """One validation example: its r2 is nan at every eval. The run stopped at its second eval and reported its
+    first as the best, saying nothing."""
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        results = train(make_cfg("debug=smoke", "dataset=synthetic_linear", "model=linear",
+                                 "dataset.validation_fraction=0.001", "checkpoint.metric=r2", "trainer.max_steps=8",
+                                 "trainer.eval_every=2", "trainer.early_stopping.patience=1"))
+    assert results["steps"] == 8 and results["early_stopping"]["stopped_step"] is None
+    assert results["early_stopping"]["best_checkpoint_step"] == 8
+    assert sum("r2 is undefined (nan) on the validation split at step 2" in r.getMessage()
+               for r in caplog.records) == 1
+    evaluated = evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="eval"))  # checkpoint=final
+    assert (evaluated["step"], evaluated["metrics"]) == (8, results["test"])  # what results.json reports
+    with pytest.raises(UserError, match=r"^no checkpoint in .*/checkpoints has a defined r2 to pick the best from \(it "
+                                        r"is nan at every eval\); use checkpoint=latest or a step\.$"):
+        evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", "checkpoint=best", config_name="eval"))
 
 
 def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, tmp_path):

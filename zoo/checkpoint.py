@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import json
 import logging
+import math
 import os
 import sys
 
@@ -128,15 +129,19 @@ class Checkpoints:
                  mode: str = "max", every: int = 0, async_save: bool = True, read_only: bool = False):
         """`every`: trainer.checkpoint_every, which tells a stop's extra checkpoint from the regular ones."""
         self.directory = os.path.abspath(directory)
+        worst = -math.inf if mode == "max" else math.inf
+
+        def ranked(m):  # an undefined metric (nan) sorts anywhere: it would be kept as the best, the best deleted
+            return worst if math.isnan(m[metric]) else m[metric]
+
         policy = pp.AnyPreservationPolicy([
             NewestRegular(n=keep, every=every),
-            pp.BestN(get_metric_fn=lambda m: m[metric], reverse=mode == "min", n=keep_best,
-                     keep_checkpoints_without_metrics=False),
+            pp.BestN(get_metric_fn=ranked, reverse=mode == "min", n=keep_best, keep_checkpoints_without_metrics=False),
         ])
         # best_fn only makes orbax write each step's metrics to disk, so a reopened manager (a resumed run)
         # still knows which steps are the best; which steps are kept is the policy's decision alone
         options = ocp.CheckpointManagerOptions(preservation_policy=policy, enable_async_checkpointing=async_save,
-                                               best_fn=lambda m: m[metric], best_mode=mode,
+                                               best_fn=ranked, best_mode=mode,
                                                create=not read_only, read_only=read_only,
                                                cleanup_tmp_directories=not read_only)  # leftovers of killed saves
         self.metric, self.mode = metric, mode
@@ -213,11 +218,12 @@ class Checkpoints:
         return restored.state, restored.meta
 
     def best_step(self, metric=None, mode=None):
-        """Step with the best eval `metric` (default: the one this manager keeps the best by), the later on a tie."""
+        """Step with the best eval `metric` (default: the one this manager keeps the best by), the later on a tie;
+        a step whose metric is undefined (nan) is none's best."""
         metric, mode = metric or self.metric, mode or self.mode
         sign = 1 if mode == "max" else -1
-        scored = [(self._metrics_or_none(s), s) for s in self.steps()]
-        scored = [(sign * m[metric], s) for m, s in scored if m and metric in m]
+        scored = [(self.metrics_or_none(s), s) for s in self.steps()]
+        scored = [(sign * m[metric], s) for m, s in scored if m and metric in m and not math.isnan(m[metric])]
         return max(scored)[1] if scored else None
 
     def first_readable_meta(self, steps: list, hint: str = "") -> dict:
@@ -238,7 +244,8 @@ class Checkpoints:
         raise UserError(f"checkpoint step {steps[0]} in {self.directory} has unreadable metadata ({first_error})"
                         + (f"; {hint}" if hint else "."))
 
-    def _metrics_or_none(self, step: int):
+    def metrics_or_none(self, step: int):
+        """The eval metrics saved with `step`; None when it has none, or its metadata is unreadable (then said)."""
         try:
             return self.meta(step).get("metrics")
         except Exception:  # noqa: BLE001 — a step with damaged metadata cannot be restored either: not a candidate

@@ -131,14 +131,22 @@ def _pick_steps(ckpts: Checkpoints, which, cfg: DictConfig) -> list:
     results.json reports: its best checkpoint with early stopping, else `latest`."""
     steps = ckpts.steps()
     saved = _run_config(ckpts, cfg) if which in ("final", "best") else None
-    if which == "final":
+    final = which == "final"
+    if final:
         which = "latest" if saved.trainer.early_stopping.patience is None else "best"
     if which == "latest":
         return list(reversed(steps))
     if which == "best":
         settings = _best_settings(saved)
         best = ckpts.best_step(**settings)
+        if best is None and final:  # its metric nan at every eval: the run reported its newest step (restore_best)
+            return [steps[-1]]
         if best is None:
+            metric = settings["metric"]
+            scored = [m for m in map(ckpts.metrics_or_none, steps) if m and metric in m]
+            if scored:  # each nan (zoo.early_stopping)
+                raise UserError(f"no checkpoint in {ckpts.directory} has a defined {metric} to pick the best from "
+                                "(it is nan at every eval); use checkpoint=latest or a step.")
             raise UserError(f"no checkpoint in {ckpts.directory} has eval metrics to pick the best from; "
                             "use checkpoint=latest or a step.")
         if saved.checkpoint.keep_best == 0:  # its best may be long deleted: the step alone would pass for it
