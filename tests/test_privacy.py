@@ -310,7 +310,8 @@ def test_a_delta_not_below_one_over_n_is_warned_of(make_cfg, caplog, delta, warn
     split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
     plan_privacy(cfg, split, 100, 1)
     said = (f"privacy.delta={delta:g} is not below 1/n = {1 / len(split):.3g} (n = {len(split)} training examples): "
-            "publishing one example in full meets such a delta; set it well below 1/n, or to null for min(1e-5, 1/n).")
+            "publishing one example in full meets such a delta; set it well below 1/n, or to null for "
+            "min(1e-5, 1/(10 n)).")
     assert (said in caplog.text) == warned, caplog.text
 
 
@@ -609,3 +610,13 @@ def test_a_target_epsilon_no_noise_within_bounds_meets_is_one_sentence(make_cfg,
                                         r"privacy\.delta .* raise privacy\.target_epsilon or privacy\.delta\.$"):
         train(make_cfg("debug=smoke", "privacy=dpsgd", *overrides))
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("n, delta", [(1438, 1e-5), (60_000, 1e-5 / 6), (1_000_000, 1e-7)])
+def test_the_default_delta_is_well_below_one_over_n(make_cfg, caplog, n, delta):
+    """privacy.delta=null gave min(1e-5, 1/n): from n = 100,000 on exactly the 1/n that publishing one example in full
+    meets, which the zoo warns of when it is set by hand. It is now at most a tenth of 1/n."""
+    cfg = make_cfg("debug=smoke", "privacy=dpsgd", "trainer.batch_size=64", "privacy.target_epsilon=3")
+    plan = plan_privacy(cfg, np.arange(n), 100, 1)  # only its length and indices are read
+    assert plan.delta == pytest.approx(delta, rel=1e-12) and plan.delta <= 0.1 / n
+    assert "not below 1/n" not in caplog.text

@@ -24,7 +24,7 @@ class PrivacyConfig:
     l2_clip: float = 1.0  # each example's gradient is clipped to this L2 norm
     noise_multiplier: Optional[float] = None  # noise std / l2_clip; null: solved from target_epsilon
     target_epsilon: Optional[float] = None  # with noise_multiplier too: the run stops before exceeding it
-    delta: Optional[float] = None  # null: min(1e-5, 1 / train examples)
+    delta: Optional[float] = None  # null: min(1e-5, 0.1 / train examples)
     accountant: str = "pld"  # pld (privacy loss distributions, tight) | rdp (Renyi DP, faster, looser)
 
 

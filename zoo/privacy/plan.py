@@ -76,7 +76,8 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     delta = p.delta if p.delta is not None else default_delta(n)
     if p.delta is not None and delta >= 1.0 / n:  # releasing one random example whole is (0, 1/n)-DP
         log.warning("privacy.delta=%g is not below 1/n = %.3g (n = %d training examples): publishing one example "
-                    "in full meets such a delta; set it well below 1/n, or to null for min(1e-5, 1/n).", delta, 1 / n, n)
+                    "in full meets such a delta; set it well below 1/n, or to null for min(1e-5, 1/(10 n)).",
+                    delta, 1 / n, n)
     accountant_delta = delta * (1 - OVERFLOW_SHARE)
     # PLD's own discretisation cannot bound a delta below ~1e-15: even one step at noise 1 is then epsilon inf, and
     # a target_epsilon would be "met" only by noise that drowns every gradient (113 on digits at 1e-20)
@@ -125,7 +126,10 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
 
 
 def default_delta(n: int) -> float:
-    return min(1e-5, 1.0 / n)
+    """privacy.delta=null: 1e-5, the usual choice, or a tenth of 1/n where that is smaller (n > 10,000). A delta must be
+    well below 1/n: publishing one example in full meets delta 1/n, so min(1e-5, 1/n) would guarantee nothing from
+    n = 100,000 on."""
+    return min(1e-5, 0.1 / n)
 
 
 def _remedy_for_large_epsilon(p, q: float, sigma: float, steps: int, accountant_delta: float, n: int) -> str:
