@@ -104,12 +104,15 @@ def test_a_prepared_copy_with_a_garbled_dataset_info_is_named_damaged(make_cfg, 
     [info] = (tmp_path / "zoo_digits").rglob("dataset_info.json")
     info.write_text("garbage\n")
     monkeypatch.setattr(sources, "_network_reachable", lambda: False)
-    copy = re.escape(str(tmp_path / "zoo_digits"))
-    with pytest.raises(UserError, match=rf"the prepared dataset={cfg.name} in {copy} is damaged "
-                                        r"\(its dataset_info\.json cannot be read\); delete that directory and the "
-                                        r"next run prepares \(or downloads\) it again\.$"):
+    # it named the whole dataset dir (zoo_digits/), not the file, nor the version's directory that holds it
+    with pytest.raises(UserError, match=rf"^the prepared dataset={cfg.name} in {re.escape(str(info.parent))} is "
+                                        rf"damaged \({re.escape(str(info))} cannot be read\); delete that directory "
+                                        r"and the next run prepares \(or downloads\) it again\.$"):
         read_splits(cfg, str(tmp_path))
     assert info.read_text() == "garbage\n"
+    shutil.rmtree(info.parent)  # the way out it names
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    (sources._open_catalog if catalog else read_splits)(cfg, str(tmp_path))
 
 
 def test_a_prepared_embedded_copy_without_its_dataset_info_is_named_damaged(make_cfg, tmp_path):

@@ -33,6 +33,21 @@ def _damaged(cfg, where: str, reason: str) -> UserError:
                      "the next run prepares (or downloads) it again.")
 
 
+def _unreadable_info(cfg, where: str) -> UserError:
+    """A garbled dataset_info.json under the dataset's directory `where`: TFDS's error names no file, and `where`
+    holds one for each version (and config); the first that does not parse is named, with the directory holding it."""
+    from tensorflow_datasets.core.dataset_info import read_from_json
+
+    for folder, _, files in sorted(os.walk(where)):
+        if "dataset_info.json" in files:
+            path = os.path.join(folder, "dataset_info.json")
+            try:
+                read_from_json(path)
+            except Exception:  # noqa: BLE001 — protobuf's ParseError, an unreadable file: damaged either way
+                return _damaged(cfg, folder, f"{path} cannot be read")
+    return _damaged(cfg, where, UNREADABLE_INFO)
+
+
 def _embedded_kwargs(cfg) -> dict:
     kwargs = {"test_fraction": cfg.test_fraction}
     if cfg.tfds_name == "zoo_synthetic_linear":
@@ -94,7 +109,7 @@ def _open_embedded(cfg, data_dir: str):
     try:
         return BUILDERS[cfg.tfds_name](data_dir=data_dir, **_embedded_kwargs(cfg))
     except json_format.ParseError:
-        raise _damaged(cfg, os.path.join(data_dir, cfg.tfds_name), UNREADABLE_INFO) from None
+        raise _unreadable_info(cfg, os.path.join(data_dir, cfg.tfds_name)) from None
 
 
 def _refuse_an_empty_split(cfg, builder) -> None:
@@ -198,7 +213,7 @@ def _refuse_a_copy_that_cannot_be_read(cfg, data_dir: str) -> None:
         builder = tfds.builder(cfg.tfds_name, data_dir=data_dir)
         prepared, file_format = builder.is_prepared(), builder.info.file_format
     except json_format.ParseError:
-        raise _damaged(cfg, os.path.join(data_dir, _prepared_dir(cfg.tfds_name)), UNREADABLE_INFO) from None
+        raise _unreadable_info(cfg, os.path.join(data_dir, _prepared_dir(cfg.tfds_name))) from None
     except Exception:  # noqa: BLE001 — nothing readable there: the download decides
         return
     if not prepared and os.path.isdir(builder.data_dir):  # TFDS prepares elsewhere and renames: never left so,
