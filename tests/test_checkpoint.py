@@ -395,6 +395,28 @@ def test_corrupt_latest_falls_back_only_for_latest(make_cfg, tmp_path, caplog):
         evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=6"))
 
 
+def test_a_damaged_chosen_step_names_only_the_steps_that_restore(make_cfg, tmp_path):
+    """Steps 6 and 4 damaged: checkpoint=6 named step 4 as one to choose instead."""
+    train(make_cfg("debug=smoke", "trainer.checkpoint_every=2"))
+    run_dir = tmp_path / "run"
+
+    def damage(step):
+        for blob in (run_dir / "checkpoints" / str(step) / "state").rglob("d/*"):
+            if blob.is_file():
+                blob.write_bytes(b"truncated")
+
+    damage(6)
+    damage(4)
+    with pytest.raises(UserError, match=r"checkpoint step 6 .* cannot be restored .*; choose another with "
+                                         r"checkpoint=latest or one of the steps \[2\]\.$"):
+        evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=6"))
+    assert evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=2"))["step"] == 2  # the way out it names
+    damage(2)
+    with pytest.raises(UserError, match=r"checkpoint step 6 .* cannot be restored .*; no other step of it restores "
+                                         r"\(tried steps \[2, 4\]\): train the run again or pass another run_dir\.$"):
+        evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=6"))
+
+
 def test_a_damaged_final_checkpoint_is_replaced_when_the_rerun_trains_that_step_again(make_cfg, tmp_path):
     common = ["debug=smoke", "trainer.checkpoint_every=2"]
     whole = train(make_cfg(*common, out="whole"))

@@ -275,6 +275,19 @@ class Checkpoints:
             pass
 
 
+def restorable_steps(ckpts: Checkpoints, target, steps: list) -> list:
+    """Those of `steps` that restore into `target`: the ones a refusal may name to choose instead (several steps of a
+    run may be damaged at once)."""
+    readable = []
+    for step in steps:
+        try:
+            ckpts.restore(step, target)
+        except UserError:
+            continue
+        readable.append(step)
+    return readable
+
+
 def restore_latest_good(ckpts: Checkpoints, target, steps=None, hint="start in a new hydra.run.dir."):
     """First of `steps` (default: all, newest first) that restores; each failure is said before the next try."""
     steps = list(reversed(ckpts.steps())) if steps is None else steps

@@ -5,7 +5,7 @@ import os
 import jax
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
+from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
 from zoo.cli import (a_commands_own_directory, command_read, export_origin, folders_below, holds_training_run,
                      launch_dir_path, require_dir, run_whose_checkpoints_hold, runs_below, unwritable_reason)
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
@@ -117,13 +117,19 @@ def _not_a_run(run_dir: str):
     return None
 
 
-def _naming_the_other_steps(error: UserError, ckpts: Checkpoints, candidates) -> UserError:
+def _naming_the_other_steps(error: UserError, ckpts: Checkpoints, candidates, target=None) -> UserError:
     """A chosen step (checkpoint=best, final with early stopping, or a step) that does not restore: only `latest`
-    falls back on its own, so the refusal names the steps left to choose from."""
+    falls back on its own, so the refusal names the steps left to choose from, those that restore into `target`
+    (other steps may be damaged too)."""
     others = [s for s in ckpts.steps() if s not in (candidates or [])]
     if not candidates or len(candidates) > 1 or not others or isinstance(error, StateMismatch):
         return error
-    return UserError(f"{str(error).rstrip('.')}; choose another with checkpoint=latest or one of the steps {others}.")
+    readable = others if target is None else restorable_steps(ckpts, target, others)
+    if not readable:
+        return UserError(f"{str(error).rstrip('.')}; no other step of it restores (tried steps {others}): train the "
+                         "run again or pass another run_dir.")
+    return UserError(f"{str(error).rstrip('.')}; choose another with checkpoint=latest or one of the steps "
+                     f"{readable}.")
 
 
 def _pick_steps(ckpts: Checkpoints, which, cfg: DictConfig) -> list:
@@ -240,7 +246,8 @@ def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
         except UserError as e:
             gone = set(listed if candidates is None else candidates) - set(ckpts.reload())
             if not gone or (candidates is None and attempt == READS_OF_A_TRAINING_RUN - 1):
-                raise _naming_the_other_steps(e, ckpts, candidates) from None  # damaged, not replaced; or not in it
+                target = None if run is None else {"state": run.host_state, "sums": run.compiled.zero_sums}
+                raise _naming_the_other_steps(e, ckpts, candidates, target) from None  # damaged; or not in it
             if attempt == READS_OF_A_TRAINING_RUN - 1:  # what failed to read was replaced, not damaged
                 raise UserError(f"run_dir={cfg.run_dir} is still training and replaced checkpoint step(s) "
                                 f"{sorted(gone)} while they were read, {READS_OF_A_TRAINING_RUN} times in a row; run "
