@@ -395,8 +395,10 @@ def test_corrupt_latest_falls_back_only_for_latest(make_cfg, tmp_path, caplog):
         evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=6"))
 
 
-def test_a_damaged_chosen_step_names_only_the_steps_that_restore(make_cfg, tmp_path):
-    """Steps 6 and 4 damaged: checkpoint=6 named step 4 as one to choose instead."""
+@pytest.mark.parametrize("chosen", ["state", "metadata"])
+def test_a_damaged_chosen_step_names_only_the_steps_that_restore(make_cfg, tmp_path, chosen):
+    """Steps 6 and 4 damaged: checkpoint=6 named step 4 as one to choose instead. Step 6's metadata damaged, the
+    run's config is read from another step to try them."""
     train(make_cfg("debug=smoke", "trainer.checkpoint_every=2"))
     run_dir = tmp_path / "run"
 
@@ -405,14 +407,23 @@ def test_a_damaged_chosen_step_names_only_the_steps_that_restore(make_cfg, tmp_p
             if blob.is_file():
                 blob.write_bytes(b"truncated")
 
-    damage(6)
+    if chosen == "state":
+        damage(6)
+    else:
+        (run_dir / "checkpoints" / "6" / "meta" / "metadata").write_text("{not json")
     damage(4)
-    with pytest.raises(UserError, match=r"checkpoint step 6 .* cannot be restored .*; choose another with "
+    failed = "cannot be restored" if chosen == "state" else "has unreadable metadata"
+    with pytest.raises(UserError, match=rf"checkpoint step 6 .* {failed} .*; choose another with "
                                          r"checkpoint=latest or one of the steps \[2\]\.$"):
         evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=6"))
     assert evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=2"))["step"] == 2  # the way out it names
     damage(2)
-    with pytest.raises(UserError, match=r"checkpoint step 6 .* cannot be restored .*; no other step of it restores "
+    with pytest.raises(UserError, match=rf"checkpoint step 6 .* {failed} .*; no other step of it restores "
+                                         r"\(tried steps \[2, 4\]\): train the run again or pass another run_dir\.$"):
+        evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=6"))
+    for step in (2, 4):  # no config to try them under: told apart by their metadata alone
+        (run_dir / "checkpoints" / str(step) / "meta" / "metadata").write_text("{not json")
+    with pytest.raises(UserError, match=rf"checkpoint step 6 .* {failed} .*; no other step of it restores "
                                          r"\(tried steps \[2, 4\]\): train the run again or pass another run_dir\.$"):
         evaluate(eval_cfg(make_cfg, run_dir, "checkpoint=6"))
 

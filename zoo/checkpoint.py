@@ -276,12 +276,15 @@ class Checkpoints:
 
 
 def restorable_steps(ckpts: Checkpoints, target, steps: list) -> list:
-    """Those of `steps` that restore into `target`: the ones a refusal may name to choose instead (several steps of a
-    run may be damaged at once)."""
+    """Those of `steps` that restore into `target` (None: whose metadata holds a config): the ones a refusal may name
+    to choose instead, as several steps of a run may be damaged at once."""
     readable = []
     for step in steps:
         try:
-            ckpts.restore(step, target)
+            if target is None:
+                ckpts.first_readable_meta([step])
+            else:
+                ckpts.restore(step, target)
         except UserError:
             continue
         readable.append(step)

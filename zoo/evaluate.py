@@ -119,17 +119,31 @@ def _not_a_run(run_dir: str):
 
 def _naming_the_other_steps(error: UserError, ckpts: Checkpoints, candidates, target=None) -> UserError:
     """A chosen step (checkpoint=best, final with early stopping, or a step) that does not restore: only `latest`
-    falls back on its own, so the refusal names the steps left to choose from, those that restore into `target`
-    (other steps may be damaged too)."""
+    falls back on its own, so the refusal names the steps left to choose from: those that restore into `target`
+    (other steps may be damaged too), or without one, those whose metadata reads (zoo.checkpoint.restorable_steps)."""
     others = [s for s in ckpts.steps() if s not in (candidates or [])]
     if not candidates or len(candidates) > 1 or not others or isinstance(error, StateMismatch):
         return error
-    readable = others if target is None else restorable_steps(ckpts, target, others)
+    readable = restorable_steps(ckpts, target, others)
     if not readable:
         return UserError(f"{str(error).rstrip('.')}; no other step of it restores (tried steps {others}): train the "
                          "run again or pass another run_dir.")
     return UserError(f"{str(error).rstrip('.')}; choose another with checkpoint=latest or one of the steps "
                      f"{readable}.")
+
+
+def _restore_target(run, ckpts: Checkpoints, candidates, cfg: DictConfig):
+    """What the other steps of a chosen step that failed are tried in: the run's, or one built from another step's
+    config where the chosen step's own did not read; None where none is built."""
+    from zoo.train import build
+
+    others = [s for s in reversed(ckpts.steps()) if s not in (candidates or [])]
+    if run is None and candidates and len(candidates) == 1 and others:
+        try:
+            run = build(saved_train_config(ckpts, others, cfg), for_training=False)
+        except Exception:  # noqa: BLE001 — no other step's config reads, or builds: the sentence already due stands
+            return None
+    return None if run is None else {"state": run.host_state, "sums": run.compiled.zero_sums}
 
 
 def _pick_steps(ckpts: Checkpoints, which, cfg: DictConfig) -> list:
@@ -246,7 +260,7 @@ def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
         except UserError as e:
             gone = set(listed if candidates is None else candidates) - set(ckpts.reload())
             if not gone or (candidates is None and attempt == READS_OF_A_TRAINING_RUN - 1):
-                target = None if run is None else {"state": run.host_state, "sums": run.compiled.zero_sums}
+                target = _restore_target(run, ckpts, candidates, cfg)
                 raise _naming_the_other_steps(e, ckpts, candidates, target) from None  # damaged; or not in it
             if attempt == READS_OF_A_TRAINING_RUN - 1:  # what failed to read was replaced, not damaged
                 raise UserError(f"run_dir={cfg.run_dir} is still training and replaced checkpoint step(s) "
