@@ -804,6 +804,21 @@ def test_a_damaged_saved_metric_is_one_sentence_for_eval_and_resume(make_cfg, tr
         train(make_cfg("debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2", "trainer.max_steps=8"))
 
 
+def test_several_damaged_saved_metrics_are_named_at_once(make_cfg, trained):
+    """Only the first was named: moved out, the next command named the next."""
+    damaged = [trained / "checkpoints" / str(step) / "metrics" / "metrics" for step in (4, 6)]
+    for path in damaged:
+        path.write_text("")
+    message = (rf"the checkpoints in .*/checkpoints cannot be opened: steps 4 and 6's saved metrics \({damaged[0]}, "
+               rf"{damaged[1]}\) are damaged \(JSONDecodeError: .*\); move those steps out of it "
+               rf"\({damaged[0].parent.parent}, {damaged[1].parent.parent}\) or start in a new hydra.run.dir\.$")
+    with pytest.raises(UserError, match=message):
+        evaluate(eval_cfg(make_cfg, trained))
+    for path in damaged:  # the way out it names
+        shutil.move(path.parent.parent, trained.parent / f"step{path.parent.parent.name}")
+    assert evaluate(eval_cfg(make_cfg, trained))["step"] == 2
+
+
 def test_eval_of_a_folder_inside_or_above_a_run_names_the_run(make_cfg, trained, tmp_path):
     for inside in (trained / "checkpoints", trained / "checkpoints" / "4"):
         with pytest.raises(UserError, match=rf"run_dir={inside} is inside a run's checkpoints/; pass the run's "

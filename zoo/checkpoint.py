@@ -105,9 +105,11 @@ class NewestRegular(pp.PreservationPolicy):
         return [i in kept for i in range(len(checkpoints))]
 
 
-def _damaged_metrics(directory: str):
-    """(step, path) of the first step in `directory` whose saved metrics are not JSON, else None."""
+def _damaged_metrics(directory: str) -> list:
+    """(step, path) of each step in `directory` whose saved metrics are not JSON: all are named at once, so that
+    moving them out is one command, not one a damaged step."""
     steps = sorted((name for name in os.listdir(directory) if name.isdigit()), key=int)
+    damaged = []
     for step in steps:
         path = os.path.join(directory, step, "metrics", "metrics")
         try:
@@ -116,8 +118,8 @@ def _damaged_metrics(directory: str):
         except FileNotFoundError:  # a step saved without metrics
             continue
         except (OSError, ValueError):
-            return step, path
-    return None
+            damaged.append((step, path))
+    return damaged
 
 
 class StateMismatch(UserError):
@@ -156,13 +158,18 @@ class Checkpoints:
                             "writable hydra.run.dir (or paths.output_dir).") from None
         except ValueError as e:  # orbax reads each step's saved metrics here; one is damaged
             damaged = _damaged_metrics(self.directory)  # orbax's error names no file, and a run holds several steps
-            if damaged is None:
+            if not damaged:
                 raise UserError(f"the checkpoints in {self.directory} cannot be opened ({brief(e)}); move the "
                                 "damaged step out of it or start in a new hydra.run.dir.") from None
-            step, path = damaged
-            raise UserError(f"the checkpoints in {self.directory} cannot be opened: step {step}'s saved metrics "
-                            f"({path}) are damaged ({brief(e)}); move that step out of it "
-                            f"({os.path.join(self.directory, step)}) or start in a new hydra.run.dir.") from None
+            steps = [step for step, _ in damaged]
+            paths = ", ".join(path for _, path in damaged)
+            folders = ", ".join(os.path.join(self.directory, step) for step in steps)
+            which = (f"step {steps[0]}'s" if len(steps) == 1
+                     else f"steps {', '.join(steps[:-1])} and {steps[-1]}'s")
+            those = "that step" if len(steps) == 1 else "those steps"
+            raise UserError(f"the checkpoints in {self.directory} cannot be opened: {which} saved metrics ({paths}) "
+                            f"are damaged ({brief(e)}); move {those} out of it ({folders}) or start in a new "
+                            "hydra.run.dir.") from None
 
     def steps(self) -> list:
         return sorted(self.manager.all_steps())
