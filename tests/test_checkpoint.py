@@ -474,6 +474,14 @@ def test_rerun_after_preemption_continues_its_own_checkpoints_not_the_source(mak
     assert leaves_equal(seeded["state"], resumed["state"])
 
 
+def test_trainer_resume_reads_a_path_from_the_home_directory(make_cfg, tmp_path, monkeypatch):
+    """trainer.resume="~/..." was refused as 'not a checkpoint directory', where paths.data_dir reads ~ as home."""
+    train(make_cfg("debug=smoke", "trainer.max_steps=2", out="source"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    seeded = train(make_cfg("debug=smoke", "trainer.max_steps=4", 'trainer.resume="~/source/checkpoints"'))
+    assert seeded["start_step"] == 2 and seeded["steps"] == 4
+
+
 def test_eval_errors_name_the_problem(make_cfg, tmp_path):
     with pytest.raises(UserError, match=r"run_dir=.* does not exist"):
         evaluate(eval_cfg(make_cfg, tmp_path / "missing"))
