@@ -796,12 +796,14 @@ def test_a_damaged_saved_metric_is_one_sentence_for_eval_and_resume(make_cfg, tr
     damaged.write_text("")
     # the step is named: the run holds several, and orbax's error names no file
     message = (rf"the checkpoints in .*/checkpoints cannot be opened: step 4's saved metrics \({damaged}\) are "
-               rf"damaged \(JSONDecodeError: .*\); move that step out of it \({damaged.parent.parent}\) or start in "
-               "a new hydra.run.dir")
-    with pytest.raises(UserError, match=message):
+               rf"damaged \(JSONDecodeError: .*\); move that step out of it \({damaged.parent.parent}\) or ")
+    # the way out is the command's own: eval.py and another run's trainer.resume have no run dir of theirs to start
+    with pytest.raises(UserError, match=message + r"pass another run_dir\.$"):
         evaluate(eval_cfg(make_cfg, trained))
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match=message + r"start in a new hydra\.run\.dir\.$"):
         train(make_cfg("debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2", "trainer.max_steps=8"))
+    with pytest.raises(UserError, match=message + r"leave out trainer\.resume to start afresh\.$"):
+        train(make_cfg("debug=smoke", "model.hidden=[16]", f"trainer.resume={trained / 'checkpoints'}", out="new"))
 
 
 def test_several_damaged_saved_metrics_are_named_at_once(make_cfg, trained):
@@ -811,7 +813,7 @@ def test_several_damaged_saved_metrics_are_named_at_once(make_cfg, trained):
         path.write_text("")
     message = (rf"the checkpoints in .*/checkpoints cannot be opened: steps 4 and 6's saved metrics \({damaged[0]}, "
                rf"{damaged[1]}\) are damaged \(JSONDecodeError: .*\); move those steps out of it "
-               rf"\({damaged[0].parent.parent}, {damaged[1].parent.parent}\) or start in a new hydra.run.dir\.$")
+               rf"\({damaged[0].parent.parent}, {damaged[1].parent.parent}\) or pass another run_dir\.$")
     with pytest.raises(UserError, match=message):
         evaluate(eval_cfg(make_cfg, trained))
     for path in damaged:  # the way out it names

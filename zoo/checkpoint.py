@@ -128,8 +128,11 @@ class StateMismatch(UserError):
 
 class Checkpoints:
     def __init__(self, directory: str, *, keep: int = 3, keep_best: int = 1, metric: str = "accuracy",
-                 mode: str = "max", every: int = 0, async_save: bool = True, read_only: bool = False):
-        """`every`: trainer.checkpoint_every, which tells a stop's extra checkpoint from the regular ones."""
+                 mode: str = "max", every: int = 0, async_save: bool = True, read_only: bool = False,
+                 way_out: str = "start in a new hydra.run.dir."):
+        """`every`: trainer.checkpoint_every, which tells a stop's extra checkpoint from the regular ones. `way_out`:
+        what else to do when they cannot be opened, besides moving the damaged steps out (the command's own: a new
+        hydra.run.dir for a run's own, not for eval.py or another run's trainer.resume)."""
         self.directory = os.path.abspath(directory)
         worst = -math.inf if mode == "max" else math.inf
 
@@ -160,7 +163,7 @@ class Checkpoints:
             damaged = _damaged_metrics(self.directory)  # orbax's error names no file, and a run holds several steps
             if not damaged:
                 raise UserError(f"the checkpoints in {self.directory} cannot be opened ({brief(e)}); move the "
-                                "damaged step out of it or start in a new hydra.run.dir.") from None
+                                f"damaged step out of it or {way_out}") from None
             steps = [step for step, _ in damaged]
             paths = ", ".join(path for _, path in damaged)
             folders = ", ".join(os.path.join(self.directory, step) for step in steps)
@@ -168,8 +171,7 @@ class Checkpoints:
                      else f"steps {', '.join(steps[:-1])} and {steps[-1]}'s")
             those = "that step" if len(steps) == 1 else "those steps"
             raise UserError(f"the checkpoints in {self.directory} cannot be opened: {which} saved metrics ({paths}) "
-                            f"are damaged ({brief(e)}); move {those} out of it ({folders}) or start in a new "
-                            "hydra.run.dir.") from None
+                            f"are damaged ({brief(e)}); move {those} out of it ({folders}) or {way_out}") from None
 
     def steps(self) -> list:
         return sorted(self.manager.all_steps())

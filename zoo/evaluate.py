@@ -39,7 +39,9 @@ def _check_command(cfg: DictConfig, script: str) -> None:
 def _open_checkpoints(run_dir: str) -> Checkpoints:
     require_dir(run_dir, "run_dir", "a training run")
     directory = os.path.join(run_dir, "checkpoints")
-    ckpts = Checkpoints(directory, read_only=True) if os.path.isdir(directory) else None
+    ckpts = None
+    if os.path.isdir(directory):  # a damaged one's way out is this command's own
+        ckpts = Checkpoints(directory, read_only=True, way_out="pass another run_dir.")
     if ckpts is None or not ckpts.steps():
         if ckpts is not None:
             ckpts.close()

@@ -113,7 +113,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     elif os.path.isfile(os.path.join(path, "multirun.yaml")):  # its jobs' folders (0, 1, ...) would pass for steps
         _refuse_multirun_resume(resume, path)
     else:
-        source = Checkpoints(path, read_only=True)
+        source = Checkpoints(path, read_only=True, way_out="leave out trainer.resume to start afresh.")
         if not source.steps():
             source.close()
             _refuse_empty_resume(resume, path, own=ckpts is not None and os.path.samefile(path, ckpts.directory))
