@@ -1,12 +1,15 @@
 """Export a finished run: `python export.py run_dir=outputs/... [checkpoint=best|latest|STEP]` -> <run_dir>/export/."""
 import sys
 
-from zoo.startup import loading_libraries
+from zoo.startup import loading_libraries, stop_on_sigterm_as_on_ctrl_c
+
+if __name__ == "__main__":  # before the imports, which take a second or two
+    stop_on_sigterm_as_on_ctrl_c()
 
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import (READER_CTRL_C, main_with_one_line_ctrl_c, refuse_bare_paths, refuse_null_groups,
+    from zoo.cli import (main_with_one_line_ctrl_c, reader_ctrl_c, refuse_bare_paths, refuse_null_groups,
                          refuse_training_settings, run_task)
     from zoo.config import ExportConfig, register_configs
     from zoo.export.artifact import export
@@ -23,4 +26,4 @@ if __name__ == "__main__":
     refuse_null_groups(sys.argv[1:])
     refuse_training_settings(sys.argv[1:], "export.py", ExportConfig)
     refuse_bare_paths(sys.argv[1:])
-    main_with_one_line_ctrl_c(main, READER_CTRL_C)
+    main_with_one_line_ctrl_c(main, reader_ctrl_c("no export was written (export/ is as it was)"))

@@ -411,7 +411,7 @@ def test_a_run_dir_on_a_full_disk_is_one_sentence_before_hydra_writes_its_record
 
 
 @pytest.mark.parametrize("script, says", [("train", "checkpoints already written are kept and the same command resumes"),
-                                          ("eval", "what it writes is written whole or not at all — run the same")])
+                                          ("eval", "no eval results were written — run the same command again")])
 def test_a_ctrl_c_outside_a_task_is_the_commands_own_line(script, says, capsys, monkeypatch):
     from zoo import cli
 
@@ -425,7 +425,8 @@ def test_a_ctrl_c_outside_a_task_is_the_commands_own_line(script, says, capsys, 
     monkeypatch.setattr(cli, "_sweep_dir", None)
     monkeypatch.setattr(cli, "_ctrl_c", cli.CTRL_C)  # put back after: it is process-wide, set by the script
     with pytest.raises(SystemExit) as e:
-        cli.main_with_one_line_ctrl_c(interrupted, *([] if script == "train" else [cli.READER_CTRL_C]))
+        cli.main_with_one_line_ctrl_c(interrupted, *([] if script == "train" else
+                                                     [cli.reader_ctrl_c("no eval results were written")]))
     err = capsys.readouterr().err
     assert e.value.code == 130 and err.startswith(f"error: interrupted by Ctrl-C; {says}") and err.count("\n") == 1
 

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -561,3 +562,86 @@ def test_predict_given_a_folder_of_runs_or_an_eval_commands_directory_names_a_ru
     with pytest.raises(UserError, match=rf"^run_dir={own} is the directory of an eval\.py command \(its \.hydra/ and "
                                         rf"eval\.log\), not a training run; pass the run it read, run_dir={exported}\.$"):
         predict(predict_cfg(f"run_dir={own}", x))
+
+
+SIGNAL_AT = """
+import importlib, os, runpy, signal, sys
+target, signum, sys.argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+module_name, name = target.split(":")
+module = importlib.import_module(module_name)
+while "." in name:  # module:os.rename, os's own function as the module calls it
+    attribute, name = name.split(".", 1)
+    module = getattr(module, attribute)
+real = getattr(module, name)
+
+def signalled(*args, **kwargs):
+    os.kill(os.getpid(), signum)
+    return real(*args, **kwargs)
+
+setattr(module, name, signalled)
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def signalled_at(target: str, signum: int, script: str, args: list, data_dir: str):
+    """`python script args` sent `signum` as it calls `target` (module:function)."""
+    return subprocess.run([sys.executable, "-c", SIGNAL_AT, target, str(int(signum)), script, *args], cwd=ROOT,
+                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("script, target, nothing, signum", [
+    ("eval.py", "zoo.evaluate:eval_loop", "no eval results were written", signal.SIGTERM),
+    ("export.py", "zoo.export.artifact:signature_of", "no export was written (export/ is as it was)", signal.SIGTERM),
+    ("predict.py", "zoo.export.predict:run_exported", "no predictions were written", signal.SIGTERM),
+    ("export.py", "zoo.export.artifact:signature_of", "no export was written (export/ is as it was)", signal.SIGINT),
+], ids=["eval-SIGTERM", "export-SIGTERM", "predict-SIGTERM", "export-SIGINT"])
+def test_a_reading_command_stopped_by_a_signal_says_what_it_did_not_write(exported_run, tmp_path, data_dir, script,
+                                                                         target, nothing, signum):
+    """SIGTERM ended eval.py, export.py and predict.py without a word (exit 143); Ctrl-C's line did not say what
+    was left unwritten."""
+    run_dir, cfg = exported_run
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("eval", "export"))
+    if script == "predict.py":
+        shutil.copytree(run_dir / "export", run / "export")
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    args = {"eval.py": [], "export.py": [],
+            "predict.py": [f"input={tmp_path / 'x.npy'}", f"output={tmp_path / 'p.csv'}"]}[script]
+    done = signalled_at(target, signum, script, [f"run_dir={run}", *args, f"hydra.run.dir={tmp_path / 'cmd'}"],
+                        data_dir)
+    stopped = "stopped by SIGTERM" if signum == signal.SIGTERM else "interrupted by Ctrl-C"
+    assert done.returncode == 128 + signum, done.stderr
+    assert done.stderr.endswith(f"error: {stopped}; {nothing} — run the same command again.\n"), done.stderr
+    assert done.stderr.count("error:") == 1 and "Traceback" not in done.stderr
+    assert not list(run.glob("eval/*")) and not (tmp_path / "p.csv").exists() and not list(run.glob(".export*"))
+    assert (run / "export").exists() == (script == "predict.py")
+
+
+def test_a_signal_once_the_export_is_written_ends_the_command_as_complete(exported_run, tmp_path, data_dir):
+    """The export in place, a stop signal (while the command prints its line) is not 'no export was written'."""
+    run_dir, _ = exported_run
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("eval", "export"))
+    done = signalled_at("zoo.export.artifact:metric_summary", signal.SIGTERM, "export.py",
+                        [f"run_dir={run}", f"hydra.run.dir={tmp_path / 'cmd'}"], data_dir)
+    assert done.returncode == 0 and "error:" not in done.stderr, done.stderr
+    assert sorted(p.name for p in (run / "export").iterdir()) == ["model.jax", "signature.json"]
+    again = signalled_at("zoo.export.artifact:os.rename", signal.SIGTERM, "export.py",  # while export/ is replaced
+                         [f"run_dir={run}", f"hydra.run.dir={tmp_path / 'again'}"], data_dir)
+    assert again.returncode == 0 and "error:" not in again.stderr, again.stderr
+    assert sorted(p.name for p in run.iterdir() if "export" in p.name) == ["export"]  # not the previous one beside it
+
+
+def test_a_ctrl_c_python_lost_stops_predict_before_it_writes(exported_run, tmp_path):
+    """A KeyboardInterrupt raised inside a garbage-collection callback, which Python only prints: predict.py went on
+    and wrote its predictions, ending with 0 as if nothing had stopped it."""
+    from zoo import preemption
+
+    run_dir, cfg = exported_run
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    with preemption.interrupts_remembered():
+        with pytest.raises(KeyboardInterrupt):  # what Python dropped
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        with pytest.raises(KeyboardInterrupt):
+            predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}", f"output={tmp_path / 'p.csv'}"))
+    assert not (tmp_path / "p.csv").exists()

@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
@@ -24,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.errors import Interrupted, UserError, exit_with
-from zoo.preemption import Preempted, interrupts_remembered
+from zoo.preemption import Preempted, interrupts_remembered, raise_a_lost_interrupt
+from zoo.startup import Terminated, stops_on_sigterm_as_on_ctrl_c
 
 
 def new_run_dir(out_dir: str | None = None) -> str:
@@ -539,6 +541,31 @@ def complete_despite_sigterm() -> None:
         signal.signal(signal.SIGTERM, _exit_complete)
 
 
+@contextlib.contextmanager
+def written_whole():
+    """Around the write that completes a command that reads runs (eval.py's results, export.py's swap of export/,
+    predict.py's predictions): a stop signal Python lost stops it first; one that comes while it writes lets the
+    write finish, and once it is written the command is complete: a stop signal then ends it at once with 0,
+    where it said nothing had been written. A write that fails leaves the signals as they were."""
+    raise_a_lost_interrupt()
+    if not stops_on_sigterm_as_on_ctrl_c() or threading.current_thread() is not threading.main_thread():
+        yield  # not a reading command's own process (a test calling the task), or no handlers to set here
+        return
+    came = []
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in stops}
+    try:
+        yield
+    except BaseException:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        raise
+    for s in previous:
+        signal.signal(s, _exit_complete)
+    if came:
+        _exit_complete(came[0], None)
+
+
 def _exit_complete(signum, frame) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # closed or broken: nothing left to say there
@@ -569,7 +596,7 @@ def _exit_if_the_users(e: BaseException) -> None:
             _exit(str(e), e.exit_code, hard=isinstance(e, Interrupted))
     elif isinstance(e, KeyboardInterrupt):  # outside the train loop (which saves on the first Ctrl-C) or a second
         if not (multirun or full):
-            _exit(_ctrl_c, 130, hard=True)
+            _exit(*_stop_line(e), hard=True)
     elif isinstance(e, OSError) and e.filename and not (multirun or full):  # a write the checks could not foresee
         _exit(os_error_sentence(e), 2 if e.errno in IN_THE_WAY else 1)  # in the way: a file to move, as UserError
 
@@ -597,7 +624,14 @@ def in_the_way(e: OSError) -> str:
 
 CTRL_C = ("interrupted by Ctrl-C; checkpoints already written are kept and the same command resumes from the newest "
           "one.")
-READER_CTRL_C = "interrupted by Ctrl-C; what it writes is written whole or not at all — run the same command again."
+
+
+def reader_ctrl_c(unwritten: str) -> str:
+    """The Ctrl-C line of a command that reads runs (eval.py, export.py, predict.py): `unwritten`, what it did not
+    write. Its SIGTERM's line says 'stopped by SIGTERM' (_stop_line)."""
+    return f"interrupted by Ctrl-C; {unwritten} — run the same command again."
+
+
 _ctrl_c = CTRL_C  # this command's line for a Ctrl-C outside the train loop: train.py's, or a reading command's
 _sweep_dir = None  # this process's multirun, once started: a Ctrl-C that ends it names the sweep to rerun
 _sweep_job_dirs = set()  # the run directories of the jobs of this process's multirun that have ended
@@ -606,7 +640,7 @@ _sweep_job_dirs = set()  # the run directories of the jobs of this process's mul
 def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
     """Call a script's Hydra `main`. A Ctrl-C that no task turned into its line ends here in one: a multirun's
     launchers pass it on (it ends the sweep, not one job), and Hydra composes the config before any task.
-    `interrupted`: the line (CTRL_C for training, READER_CTRL_C for eval.py, export.py, predict.py)."""
+    `interrupted`: the line (CTRL_C for training, reader_ctrl_c(...) for eval.py, export.py, predict.py)."""
     global _ctrl_c
     _ctrl_c = interrupted
     try:
@@ -618,14 +652,22 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
             message = ("interrupted by Ctrl-C; checkpoints already written are kept — rerun the same multirun "
                        f"command (hydra.sweep.dir={_sweep_dir}) to resume the sweep.")
         else:
-            message = _ctrl_c
-        _exit(message, 130, hard=True)  # as a single run's: finalising after a cut compilation can segfault
+            message, code = _stop_line(e)
+            _exit(message, code, hard=True)  # as a single run's: finalising after a cut compilation can segfault
+        _exit(message, 130, hard=True)
     except ValueError as e:  # Hydra refuses two of its modes together in a traceback, before reading any override
         if not str(e).startswith(HYDRA_MODES_REFUSED):
             raise
         exit_with(UserError("-m (--multirun), --cfg, --info, --run and --shell-completion each choose what the command "
                             "does, so give one of them; to see a sweep job's config, drop -m and give each swept key "
                             "one of its values."))
+
+
+def _stop_line(e: KeyboardInterrupt) -> tuple:
+    """(line, exit code) of a Ctrl-C outside the train loop, or of a reading command's SIGTERM (Terminated)."""
+    if isinstance(e, Terminated):
+        return _ctrl_c.replace("interrupted by Ctrl-C", "stopped by SIGTERM", 1), 143
+    return _ctrl_c, 130
 
 
 HYDRA_MODES_REFUSED = "Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified"

@@ -7,7 +7,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
 from zoo.cli import (a_commands_own_directory, command_read, export_origin, folders_below, holds_training_run,
-                     launch_dir_path, require_dir, run_whose_checkpoints_hold, runs_below, unwritable_reason)
+                     launch_dir_path, require_dir, run_whose_checkpoints_hold, runs_below, unwritable_reason,
+                     written_whole)
 from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
 from zoo.errors import UserError
 from zoo.files import load_json, write_json
@@ -284,7 +285,8 @@ def evaluate(cfg: DictConfig) -> dict:
     path = os.path.join(cfg.run_dir, "eval", f"{cfg.split}-{step}.json")
     if is_primary():  # with distributed=explicit|auto every process evaluates; one writes
         averaged_with = {} if ema_decay is None else {"ema_decay": ema_decay}
-        write_json(path, {"step": step, "split": cfg.split, **metrics, **averaged_with})
+        with written_whole():
+            write_json(path, {"step": step, "split": cfg.split, **metrics, **averaged_with})
         averaged = ("" if ema_decay is None
                     else f" (exponential moving average of the parameters, ema_decay={ema_decay})")
         print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}")

@@ -5,6 +5,7 @@ import signal
 import threading
 
 from zoo.errors import UserError
+from zoo.startup import Terminated, stops_on_sigterm_as_on_ctrl_c
 
 
 class Preempted(UserError):
@@ -92,7 +93,8 @@ def interrupts_remembered():
     """Ctrl-C raises KeyboardInterrupt as usual, and is remembered until a train loop starts. Raised inside a
     garbage-collection callback (JAX runs one while compiling) Python only prints it and goes on: the loop then
     stops at its first call boundary (log, eval or checkpoint step) instead of training to the end. (SIGTERM
-    before the loop keeps its default: the process ends at once, having trained nothing yet.)"""
+    before the loop keeps its default: the process ends at once, having trained nothing yet. A command that reads
+    runs stops on SIGTERM as on Ctrl-C, with zoo.startup.Terminated.)"""
     global _unseen_interrupt
     _unseen_interrupt = None
     if threading.current_thread() is not threading.main_thread():
@@ -102,14 +104,32 @@ def interrupts_remembered():
     def handler(signum, frame):
         global _unseen_interrupt
         _unseen_interrupt = signum
-        raise KeyboardInterrupt
+        raise _interrupt(signum)
 
-    previous = signal.signal(signal.SIGINT, handler)
+    # a command that reads runs stops on SIGTERM as on Ctrl-C (zoo.startup.stop_on_sigterm_as_on_ctrl_c)
+    signals = (signal.SIGINT, signal.SIGTERM) if stops_on_sigterm_as_on_ctrl_c() else (signal.SIGINT,)
+    previous = {s: signal.signal(s, handler) for s in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, h in previous.items():
+            if signal.getsignal(s) is handler:  # not one the task set since: a completed write's (zoo.cli)
+                signal.signal(s, h)
         _unseen_interrupt = None
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def raise_a_lost_interrupt() -> None:
+    """A Ctrl-C (or a reading command's SIGTERM) whose exception Python dropped (see interrupts_remembered)
+    stops the command here: eval.py, export.py and predict.py call it before they write their results, which they
+    wrote and ended with 0 as if nothing had stopped them."""
+    global _unseen_interrupt
+    if _unseen_interrupt is not None:
+        signum, _unseen_interrupt = _unseen_interrupt, None
+        raise _interrupt(signum)
 
 
 @contextlib.contextmanager

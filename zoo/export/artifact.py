@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 from omegaconf import DictConfig, OmegaConf
 
+from zoo.cli import written_whole
 from zoo.errors import UserError
 from zoo.ema import with_averaged_params
 from zoo.evaluate import restore_run
@@ -115,18 +116,19 @@ def write_directory(final: str, files: dict) -> None:
         for name, data in files.items():
             with open(os.path.join(staging, name), "wb") as f:
                 f.write(data)
-        if os.path.lexists(final):
-            os.rename(final, previous)
-        os.rename(staging, final)
+        with written_whole():  # a stop signal from here on waits for the swap and the previous export's removal
+            if os.path.lexists(final):
+                os.rename(final, previous)
+            os.rename(staging, final)
+            if os.path.islink(previous):  # export/ was a link: it goes, the folder it named stays (rmtree refuses it)
+                os.unlink(previous)
+            else:
+                shutil.rmtree(previous, ignore_errors=True)
     except BaseException:
         if os.path.lexists(previous) and not os.path.lexists(final):
             os.rename(previous, final)
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if os.path.islink(previous):  # export/ was a link: it goes, the folder it named stays (rmtree refuses a link)
-        os.unlink(previous)
-    else:
-        shutil.rmtree(previous, ignore_errors=True)
 
 
 def export(cfg: DictConfig) -> dict:

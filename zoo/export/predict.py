@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.cli import (a_commands_own_directory, export_origin, holds_training_run, require_dir,
-                     run_whose_checkpoints_hold, runs_below)
+                     run_whose_checkpoints_hold, runs_below, written_whole)
 from zoo.errors import UserError
 from zoo.files import write_text
 
@@ -255,11 +255,13 @@ def predict(cfg: DictConfig) -> dict:
     outputs = run_exported(exported, x, cfg.batch_size)
     text = to_csv(outputs, signature["task"])
     if cfg.output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        with written_whole():
+            sys.stdout.write(text)
+            sys.stdout.flush()
     else:
         try:
-            write_text(cfg.output, text)
+            with written_whole():
+                write_text(cfg.output, text)
         except OSError as e:  # a directory os.access called writable refused it (root on /sys, a full disk)
             raise UserError(f"output={cfg.output} cannot be written ({e.strerror or e}); choose another output or "
                             "leave it out to print to stdout.") from None
