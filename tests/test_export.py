@@ -645,3 +645,39 @@ def test_a_ctrl_c_python_lost_stops_predict_before_it_writes(exported_run, tmp_p
         with pytest.raises(KeyboardInterrupt):
             predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}", f"output={tmp_path / 'p.csv'}"))
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_an_export_killed_while_writing_leaves_nothing_the_next_export_keeps(exported_run, tmp_path, data_dir,
+                                                                              make_cfg):
+    """kill -9 between writing the new export and putting it in place left its staging directory beside export/
+    for good; the next export of the run removes it."""
+    run_dir, _ = exported_run
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("eval"))
+    killed = signalled_at("zoo.export.artifact:os.rename", signal.SIGKILL, "export.py",
+                          [f"run_dir={run}", f"hydra.run.dir={tmp_path / 'cmd'}"], data_dir)
+    assert killed.returncode == -signal.SIGKILL
+    assert len(list(run.glob(".export-*"))) == 1
+    export(make_cfg(f"run_dir={run}", config_name="export"))
+    assert sorted(p.name for p in run.iterdir() if "export" in p.name) == ["export"]
+
+
+def test_only_the_staging_directories_of_exports_no_longer_running_here_are_removed(tmp_path):
+    """Beside export/: a killed export's staging directory and the previous export it had moved aside (put back
+    where export/ is missing); a running export's, another machine's and any other name stay."""
+    import socket
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, host = int(gone.stdout), socket.gethostname()
+    run = tmp_path / "run"
+    kept = [f".export-{host}-{os.getppid()}-abcd1234", f".export-elsewhere-{dead}-abcd1234", ".export-mine",
+            ".export-abcd1234", f".export-{host}-{dead}-notmine"]
+    for name in kept + [f".export-{host}-{dead}-a_cd1234", f".export-{host}-{dead}-efgh5678.previous"]:
+        (run / name).mkdir(parents=True)
+        (run / name / "model.jax").write_bytes(name.encode())
+    with pytest.raises(TypeError):  # this export fails: the previous one it finds moved aside is put back
+        write_directory(str(run / "export"), {"model.jax": None})
+    assert (run / "export" / "model.jax").read_bytes() == f".export-{host}-{dead}-efgh5678.previous".encode()
+    assert sorted(p.name for p in run.iterdir()) == sorted(kept + ["export"])
+    write_directory(str(run / "export"), {"model.jax": b"new"})
+    assert sorted(p.name for p in run.iterdir()) == sorted(kept + ["export"])

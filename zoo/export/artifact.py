@@ -2,12 +2,15 @@
 
 The directory is written next to the run under a temporary name and renamed into place when complete,
 so a failed or interrupted export leaves the previous export (or none), never a partial one."""
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import platform
+import re
 import shutil
+import socket
 import tempfile
 from importlib import metadata
 
@@ -104,10 +107,52 @@ def _privacy_at(run_dir: str, step: int, chosen_by_metric: bool) -> dict:
     return {**record, "steps": step, "epsilon": eps if np.isfinite(eps) else None}
 
 
+# what write_directory names its staging directory (and the previous export it moves aside): the machine and
+# process writing it, for a later export to tell one that a killed process left (tempfile adds 8 characters)
+STAGING = re.compile(r"\.export-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]{8}(?P<previous>\.previous)?")
+
+
+def _running(pid: int) -> bool:
+    """Whether another process `pid` runs on this machine (this one's is no other export: it writes none yet)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: running
+        return True
+    return True
+
+
+def _remove_stale_staging(final: str) -> None:
+    """What an export killed on this machine (kill -9, a crash, a power cut) left beside `final`: its staging
+    directory goes, and the previous export it had moved aside is put back where `final` is missing, else goes.
+    Only names write_directory gives, of processes of this machine that no longer run: a running export's,
+    another machine's on a shared file system and anything else stay."""
+    parent = os.path.dirname(os.path.abspath(final))
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    host = socket.gethostname()
+    stale = [m for m in map(STAGING.fullmatch, names) if m and m["host"] == host and not _running(int(m["pid"]))]
+    for match in sorted(stale, key=lambda m: not m["previous"]):  # a moved-aside export first: it may go back
+        path = os.path.join(parent, match.group())
+        with contextlib.suppress(OSError):  # another export removing it too, or a folder it cannot remove
+            if match["previous"] and not os.path.lexists(final):
+                os.rename(path, final)
+            elif os.path.islink(path):
+                os.unlink(path)
+            else:
+                shutil.rmtree(path)
+
+
 def write_directory(final: str, files: dict) -> None:
     """Write `files` (name -> bytes) as the directory `final`, replacing an earlier one only when complete."""
     parent = os.path.dirname(os.path.abspath(final))
-    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    _remove_stale_staging(final)
+    staging = tempfile.mkdtemp(prefix=f".export-{socket.gethostname()}-{os.getpid()}-", dir=parent)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private; the export is as shareable as the run
