@@ -24,6 +24,6 @@ def main(cfg):
 
 if __name__ == "__main__":
     refuse_null_groups(sys.argv[1:])
-    refuse_training_settings(sys.argv[1:], "eval.py", EvalConfig)
+    refuse_training_settings(sys.argv[1:], "eval.py", EvalConfig, takes=["dataset.tfds_name"])
     refuse_bare_paths(sys.argv[1:])
     main_with_one_line_ctrl_c(main, reader_ctrl_c("no eval results were written"))

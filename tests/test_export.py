@@ -681,3 +681,30 @@ def test_only_the_staging_directories_of_exports_no_longer_running_here_are_remo
     assert sorted(p.name for p in run.iterdir()) == sorted(kept + ["export"])
     write_directory(str(run / "export"), {"model.jax": b"new"})
     assert sorted(p.name for p in run.iterdir()) == sorted(kept + ["export"])
+
+
+@pytest.mark.parametrize("script", ["eval.py", "export.py"])
+def test_eval_and_export_take_a_pinned_version_of_the_runs_dataset(exported_run, tmp_path, data_dir, script):
+    """dataset.tfds_name=NAME:VERSION, which a catalog copy of another version is read with (the data's own
+    refusal says to set it), was refused as a setting eval.py and export.py do not have."""
+    run_dir, _ = exported_run
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("eval", "export"))
+
+    def command(*args):
+        return subprocess.run([sys.executable, script, f"run_dir={run}", *args], cwd=ROOT, capture_output=True,
+                              text=True, env=subprocess_env(data_dir), timeout=120)
+
+    pinned = command("dataset.tfds_name=zoo_digits:1.0.0")  # taken, and read as train.py reads it
+    assert pinned.returncode == 2 and pinned.stderr.endswith(
+        "error: dataset.tfds_name=zoo_digits:1.0.0 names a version or config of the embedded dataset zoo_digits, which "
+        "has none to choose (its dataset.* settings make it); set dataset.tfds_name=zoo_digits.\n"), pinned.stderr
+    other = command("dataset.tfds_name=mnist:3.0.0")
+    assert other.returncode == 2 and other.stderr.endswith(
+        "error: dataset.tfds_name=mnist:3.0.0 is not a version of the run's dataset (dataset.tfds_name=zoo_digits), "
+        "which the run is read with; pin one of its versions, dataset.tfds_name=zoo_digits:VERSION, or leave "
+        "dataset.tfds_name out.\n"), other.stderr
+    plain = command("dataset.tfds_name=zoo_digits")
+    assert plain.returncode == 0, plain.stderr
+    other_setting = command("dataset.num_classes=3")
+    assert other_setting.returncode == 2 and "dataset.num_classes=3 is not a setting of" in other_setting.stderr

@@ -488,14 +488,17 @@ def refuse_bare_paths(argv: list, file_key: str | None = None) -> None:
             exit_with(UserError(f"{arg} is not an override; pass it as {key}={arg}."))
 
 
-def refuse_training_settings(argv: list, script: str, schema, conf_dir: str = CONF_DIR) -> None:
+def refuse_training_settings(argv: list, script: str, schema, conf_dir: str = CONF_DIR, takes=()) -> None:
     """`python eval.py run_dir=R dataset=mnist` (or `+model=cnn`, `model.hidden=[8]`): a config group of training
     that the command reading a run (eval.py, export.py, predict.py; its settings the fields of `schema`) has not.
     Hydra refused it with the hint to append it, `+dataset=mnist`, which it then refused again; one sentence and
-    exit 2 instead, before Hydra reads the command line."""
-    own = set(schema.__dataclass_fields__)
+    exit 2 instead, before Hydra reads the command line. `takes`: the keys of such a group the command does take
+    (eval.py's dataset.tfds_name), the others of their groups refused."""
+    own = set(schema.__dataclass_fields__) - {key.split(".")[0] for key in takes}
     for arg in argv:
         key, sep, _ = arg.partition("=")
+        if key.lstrip("+~") in takes:
+            continue
         group = key.lstrip("+~").split(".")[0].split("/")[0]
         if sep and group and group != "hydra" and group not in own and os.path.isdir(os.path.join(conf_dir, group)):
             exit_with(UserError(f"{arg.lstrip('+~')} is not a setting of {script}, which reads the model, dataset and "

@@ -151,6 +151,11 @@ class EvalPathsConfig:
 
 
 @dataclass
+class ReaderDatasetConfig:
+    tfds_name: Optional[str] = None  # the run's own catalog dataset pinned to a version (NAME:VERSION); None: the run's
+
+
+@dataclass
 class RunReaderConfig:
     """What the commands that read a finished run (eval.py, export.py) share."""
 
@@ -160,6 +165,7 @@ class RunReaderConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)  # this command's, never the run's
     trainer: EvalTrainerConfig = field(default_factory=EvalTrainerConfig)
     paths: EvalPathsConfig = field(default_factory=EvalPathsConfig)
+    dataset: ReaderDatasetConfig = field(default_factory=ReaderDatasetConfig)  # (a copy of another version)
 
 
 @dataclass

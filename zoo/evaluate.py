@@ -9,7 +9,8 @@ from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore
 from zoo.cli import (a_commands_own_directory, command_read, export_origin, folders_below, holds_training_run,
                      launch_dir_path, require_dir, run_whose_checkpoints_hold, runs_below, unwritable_reason,
                      written_whole)
-from zoo.config import EvalConfig, ExportConfig, check_known_keys, saved_with_defaults, validate, validate_placement
+from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
+                        validate_placement)
 from zoo.errors import UserError
 from zoo.files import load_json, write_json
 from zoo.loop import evaluate as eval_loop, metric_summary
@@ -213,11 +214,26 @@ def saved_train_config(ckpts: Checkpoints, steps: list, cfg: DictConfig) -> Dict
     except UserError as e:
         raise UserError(f"the config saved in {ckpts.directory} is refused: {e}") from None
     train_cfg.parallel, train_cfg.distributed = cfg.parallel, cfg.distributed
+    _pin_the_datasets_version(train_cfg, cfg)
     train_cfg.paths.data_dir = cfg.paths.data_dir
     train_cfg.paths.compilation_cache_dir = cfg.paths.compilation_cache_dir
     if cfg.trainer.batch_size or cfg.trainer.eval_batch_size:
         train_cfg.trainer.eval_batch_size = cfg.trainer.batch_size or cfg.trainer.eval_batch_size
     return train_cfg
+
+
+def _pin_the_datasets_version(train_cfg: DictConfig, cfg: DictConfig) -> None:
+    """dataset.tfds_name=NAME:VERSION reads a catalog copy of another version of the run's own dataset, as in
+    train.py (the data's refusal of such a copy says to set it); another dataset is refused."""
+    pinned = OmegaConf.select(cfg, "dataset.tfds_name")
+    if pinned is None:
+        return
+    own = train_cfg.dataset.tfds_name
+    if builder_name(str(pinned)) != builder_name(own):
+        raise UserError(f"dataset.tfds_name={pinned} is not a version of the run's dataset (dataset.tfds_name={own}), "
+                        f"which the run is read with; pin one of its versions, dataset.tfds_name={builder_name(own)}:"
+                        "VERSION, or leave dataset.tfds_name out.")
+    train_cfg.dataset.tfds_name = pinned
 
 
 def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
