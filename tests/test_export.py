@@ -708,3 +708,17 @@ def test_eval_and_export_take_a_pinned_version_of_the_runs_dataset(exported_run,
     assert plain.returncode == 0, plain.stderr
     other_setting = command("dataset.num_classes=3")
     assert other_setting.returncode == 2 and "dataset.num_classes=3 is not a setting of" in other_setting.stderr
+
+
+def test_a_signal_between_the_jobs_of_an_eval_sweep_ends_the_sweep_in_one_line(exported_run, tmp_path, data_dir):
+    """`eval.py -m checkpoint=2,4`: a SIGTERM once a job wrote its result ends the sweep before the next job, saying
+    so, and is not taken for the end of a complete command."""
+    run_dir, _ = exported_run
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("eval", "export"))
+    done = signalled_at("zoo.evaluate:metric_summary", signal.SIGTERM, "eval.py",
+                        ["-m", f"run_dir={run}", "checkpoint=2,4", f"hydra.sweep.dir={tmp_path / 'sweep'}"], data_dir)
+    assert done.returncode == 143, done.stderr
+    assert done.stderr.endswith("error: stopped by SIGTERM; the jobs that completed wrote their results — rerun the "
+                                f"same multirun command (hydra.sweep.dir={tmp_path / 'sweep'}) to run it again.\n")
+    assert sorted(p.name for p in (run / "eval").iterdir()) == ["test-2.json"]

@@ -551,8 +551,9 @@ def written_whole():
     write finish, and once it is written the command is complete: a stop signal then ends it at once with 0,
     where it said nothing had been written. A write that fails leaves the signals as they were."""
     raise_a_lost_interrupt()
-    if not stops_on_sigterm_as_on_ctrl_c() or threading.current_thread() is not threading.main_thread():
-        yield  # not a reading command's own process (a test calling the task), or no handlers to set here
+    if not stops_on_sigterm_as_on_ctrl_c() or threading.current_thread() is not threading.main_thread() or \
+            in_multirun():  # a sweep's next job still stops on one, as before
+        yield  # nor a reading command's own process (a test calling the task), nor handlers to set here
         return
     came = []
     stops = (signal.SIGINT, signal.SIGTERM)
@@ -649,15 +650,16 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
     try:
         main()
     except KeyboardInterrupt as e:
+        message, code = _stop_line(e)
         if isinstance(e.__cause__, Interrupted):  # e.g. while a dataset was prepared: its own sentence
             message = str(e.__cause__)
         elif _sweep_dir:
-            message = ("interrupted by Ctrl-C; checkpoints already written are kept — rerun the same multirun "
-                       f"command (hydra.sweep.dir={_sweep_dir}) to resume the sweep.")
-        else:
-            message, code = _stop_line(e)
-            _exit(message, code, hard=True)  # as a single run's: finalising after a cut compilation can segfault
-        _exit(message, 130, hard=True)
+            stopped = message.split(";")[0]
+            kept = ("checkpoints already written are kept" if _ctrl_c == CTRL_C  # a reading command's sweep:
+                    else "the jobs that completed wrote their results")
+            message = f"{stopped}; {kept} — rerun the same multirun command (hydra.sweep.dir={_sweep_dir}) to " \
+                      f"{'resume the sweep' if _ctrl_c == CTRL_C else 'run it again'}."
+        _exit(message, code, hard=True)  # as a single run's: finalising after a cut compilation can segfault
     except ValueError as e:  # Hydra refuses two of its modes together in a traceback, before reading any override
         if not str(e).startswith(HYDRA_MODES_REFUSED):
             raise
