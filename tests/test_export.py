@@ -722,3 +722,23 @@ def test_a_signal_between_the_jobs_of_an_eval_sweep_ends_the_sweep_in_one_line(e
     assert done.stderr.endswith("error: stopped by SIGTERM; the jobs that completed wrote their results — rerun the "
                                 f"same multirun command (hydra.sweep.dir={tmp_path / 'sweep'}) to run it again.\n")
     assert sorted(p.name for p in (run / "eval").iterdir()) == ["test-2.json"]
+
+
+@pytest.mark.parametrize("output, says", [
+    ("", "output= is empty; name a .csv file to write, or leave output out to print to stdout."),
+    ("{tmp}/new/", "output={tmp}/new/ names a directory (it ends with /); name a .csv file to write, or leave output "
+                   "out to print to stdout."),
+], ids=["empty", "a-folder-to-be"])
+def test_predict_refuses_an_output_that_names_no_file_before_predicting(exported_run, tmp_path, output, says,
+                                                                        monkeypatch):
+    """Both were refused only once every prediction was computed, as 'No such file or directory'."""
+    import zoo.export.predict as predicting
+
+    run_dir, cfg = exported_run
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    monkeypatch.setattr(predicting, "run_exported", lambda *args: pytest.fail("predicted before the refusal"))
+    with pytest.raises(UserError) as refused:
+        predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}",
+                            f"output={output.format(tmp=tmp_path)}"))
+    assert str(refused.value) == says.format(tmp=tmp_path)
+    assert not (tmp_path / "new").exists()

@@ -29,6 +29,11 @@ def _check_command(cfg: DictConfig) -> None:
                         "input=FILE.npy|FILE.csv (a run exported with export.py).")
     if cfg.batch_size <= 0:
         raise UserError(f"batch_size must be a positive integer, got {cfg.batch_size}.")
+    stdout = "name a .csv file to write, or leave output out to print to stdout."
+    if cfg.output == "":  # abspath('') is the working directory, whose parent is writable: refused only at the end
+        raise UserError(f"output= is empty; {stdout}")
+    if cfg.output is not None and cfg.output.endswith(os.sep) and not os.path.isdir(cfg.output):
+        raise UserError(f"output={cfg.output} names a directory (it ends with {os.sep}); {stdout}")
     if cfg.output is not None and os.path.isdir(cfg.output):
         raise UserError(f"output={cfg.output} is a directory; name a .csv file to write, or leave output out to print "
                         "to stdout.")
