@@ -742,3 +742,21 @@ def test_predict_refuses_an_output_that_names_no_file_before_predicting(exported
                             f"output={output.format(tmp=tmp_path)}"))
     assert str(refused.value) == says.format(tmp=tmp_path)
     assert not (tmp_path / "new").exists()
+
+
+def test_a_csv_with_pandas_index_column_is_named_so(exported_run, tmp_path, capsys):
+    """pandas' to_csv writes its index as a first column, unnamed in the header line: the header's refusal said to
+    pass header=False alone, after which the file was refused as of shape (5, 65)."""
+    run_dir, cfg = exported_run
+    x = raw_inputs(cfg, 5).reshape(5, -1)
+    rows = [",".join([str(i)] + [f"{v:g}" for v in row]) for i, row in enumerate(x)]  # df.to_csv(path, header=False)
+    (tmp_path / "indexed.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "default.csv").write_text(",".join([""] + [str(j) for j in range(64)]) + "\n" + "\n".join(rows) + "\n")
+    for name in ("indexed.csv", "default.csv"):
+        with pytest.raises(UserError, match=r"pandas: to_csv\(\.\.\., header=False, index=False\)"):
+            predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / name}"))
+    with pytest.raises(UserError, match=r"indexed\.csv begins each line with its line number \(0, 1, 2, \.\.\.: "
+                                        r"the index pandas' to_csv writes\), one number more than an example; remove "
+                                        r"that column \(pandas: to_csv\(\.\.\., header=False, index=False\)\)\.$"):
+        predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'indexed.csv'}"))
+    assert capsys.readouterr().out == ""

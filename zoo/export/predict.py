@@ -151,6 +151,9 @@ def _refuse_a_header_line(path: str, width: int) -> None:
         lines = (line.split("#", 1)[0].strip() for line in f)
         first, second = (list(itertools.islice((line for line in lines if line), 2)) + ["", ""])[:2]
     remove = "remove that line (pandas: to_csv(..., header=False))."
+    if first.startswith(",") and _numbers(first[1:]) is not None:  # its index column has no name
+        remove = ("remove that line and the first column, pandas' index (pandas: to_csv(..., header=False, "
+                  "index=False)).")
     if first and _numbers(first) is None and second and _numbers(second) is not None:
         preview = first if len(first) <= 40 else first[:40] + "…"
         raise UserError(f"input={path} begins with a header line ({preview}); predict.py reads examples only, one "
@@ -213,6 +216,11 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
                 x = np.loadtxt(path, delimiter=",", ndmin=2, encoding="utf-8-sig")
             if x.ndim == 2 and x.shape[1] == math.prod(shape):
                 x = x.reshape(-1, *shape)
+            elif x.ndim == 2 and x.shape[1] == math.prod(shape) + 1 and len(x) > 1 and \
+                    np.array_equal(x[:, 0], np.arange(len(x))):
+                raise UserError(f"input={path} begins each line with its line number (0, 1, 2, ...: the index pandas' "
+                                "to_csv writes), one number more than an example; remove that column (pandas: "
+                                "to_csv(..., header=False, index=False)).")
     except (OSError, ValueError) as e:
         reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         reason = reason.split("; use `usecols`")[0]  # np.loadtxt's advice names its argument, not a setting here
