@@ -572,10 +572,11 @@ module = importlib.import_module(module_name)
 while "." in name:  # module:os.rename, os's own function as the module calls it
     attribute, name = name.split(".", 1)
     module = getattr(module, attribute)
-real = getattr(module, name)
+real, calls = getattr(module, name), []
 
 def signalled(*args, **kwargs):
-    os.kill(os.getpid(), signum)
+    if not calls:  # the first call only
+        calls.append(os.kill(os.getpid(), signum))
     return real(*args, **kwargs)
 
 setattr(module, name, signalled)
@@ -584,7 +585,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def signalled_at(target: str, signum: int, script: str, args: list, data_dir: str):
-    """`python script args` sent `signum` as it calls `target` (module:function)."""
+    """`python script args` sent `signum` as it first calls `target` (module:function)."""
     return subprocess.run([sys.executable, "-c", SIGNAL_AT, target, str(int(signum)), script, *args], cwd=ROOT,
                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
 
@@ -760,3 +761,20 @@ def test_a_csv_with_pandas_index_column_is_named_so(exported_run, tmp_path, caps
                                         r"that column \(pandas: to_csv\(\.\.\., header=False, index=False\)\)\.$"):
         predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'indexed.csv'}"))
     assert capsys.readouterr().out == ""
+
+
+def test_a_second_stop_signal_stops_a_write_that_does_not_end(monkeypatch):
+    """The first waits for the write (it would be 'no predictions were written' while half of them are); a write
+    that hangs (stdout to a pipe nobody reads) is still stopped by the second."""
+    import zoo.startup
+    from zoo.cli import written_whole
+
+    monkeypatch.setattr(zoo.startup, "_sigterm_as_ctrl_c", True)  # as in eval.py, export.py, predict.py
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    waited = False
+    with pytest.raises(KeyboardInterrupt):
+        with written_whole():
+            signal.raise_signal(signal.SIGINT)
+            waited = True
+            signal.raise_signal(signal.SIGINT)
+    assert waited and {s: signal.getsignal(s) for s in before} == before

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.errors import Interrupted, UserError, exit_with
-from zoo.preemption import Preempted, interrupts_remembered, raise_a_lost_interrupt
+from zoo.preemption import Preempted, interrupt_of, interrupts_remembered, raise_a_lost_interrupt
 from zoo.startup import Terminated, stops_on_sigterm_as_on_ctrl_c
 
 
@@ -548,16 +548,22 @@ def complete_despite_sigterm() -> None:
 def written_whole():
     """Around the write that completes a command that reads runs (eval.py's results, export.py's swap of export/,
     predict.py's predictions): a stop signal Python lost stops it first; one that comes while it writes lets the
-    write finish, and once it is written the command is complete: a stop signal then ends it at once with 0,
-    where it said nothing had been written. A write that fails leaves the signals as they were."""
+    write finish (a second stops it at once), and once it is written the command is complete: a stop signal then
+    ends it at once with 0, where it said nothing had been written. A write that fails leaves the signals as they
+    were."""
     raise_a_lost_interrupt()
     if not stops_on_sigterm_as_on_ctrl_c() or threading.current_thread() is not threading.main_thread() or \
             in_multirun():  # a sweep's next job still stops on one, as before
         yield  # nor a reading command's own process (a test calling the task), nor handlers to set here
         return
     came = []
-    stops = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in stops}
+
+    def wait_for_the_write(signum, frame):
+        if came:  # a second one stops it at once (a write that hangs: a full pipe, a stalled file system)
+            raise interrupt_of(signum)
+        came.append(signum)
+
+    previous = {s: signal.signal(s, wait_for_the_write) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     except BaseException:

@@ -104,7 +104,7 @@ def interrupts_remembered():
     def handler(signum, frame):
         global _unseen_interrupt
         _unseen_interrupt = signum
-        raise _interrupt(signum)
+        raise interrupt_of(signum)
 
     # a command that reads runs stops on SIGTERM as on Ctrl-C (zoo.startup.stop_on_sigterm_as_on_ctrl_c)
     signals = (signal.SIGINT, signal.SIGTERM) if stops_on_sigterm_as_on_ctrl_c() else (signal.SIGINT,)
@@ -118,7 +118,7 @@ def interrupts_remembered():
         _unseen_interrupt = None
 
 
-def _interrupt(signum: int) -> KeyboardInterrupt:
+def interrupt_of(signum: int) -> KeyboardInterrupt:
     return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
@@ -129,7 +129,7 @@ def raise_a_lost_interrupt() -> None:
     global _unseen_interrupt
     if _unseen_interrupt is not None:
         signum, _unseen_interrupt = _unseen_interrupt, None
-        raise _interrupt(signum)
+        raise interrupt_of(signum)
 
 
 @contextlib.contextmanager
