@@ -778,3 +778,20 @@ def test_a_second_stop_signal_stops_a_write_that_does_not_end(monkeypatch):
             waited = True
             signal.raise_signal(signal.SIGINT)
     assert waited and {s: signal.getsignal(s) for s in before} == before
+
+
+def test_exporting_again_refuses_to_delete_a_file_the_user_put_in_export(exported_run, tmp_path, make_cfg):
+    """predict.py's output=<run>/export/predictions.csv (or any file put there) went with the previous export/,
+    which exporting again deletes; it is refused in one sentence naming the file, the export left as it was."""
+    run_dir, _ = exported_run
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("eval"))
+    (run / "export" / "predictions.csv").write_text("class\n9\n")
+    model = (run / "export" / "model.jax").read_bytes()
+    with pytest.raises(UserError, match=rf"^{re.escape(str(run / 'export'))} holds predictions\.csv, which export\.py "
+                                        r"did not write and would delete with the export it replaces; move it out of "
+                                        r"export/ and run the command again\.$"):
+        export(make_cfg(f"run_dir={run}", config_name="export"))
+    assert (run / "export" / "predictions.csv").read_text() == "class\n9\n"
+    assert (run / "export" / "model.jax").read_bytes() == model
+    assert sorted(p.name for p in run.iterdir() if "export" in p.name) == ["export"]

@@ -176,11 +176,26 @@ def write_directory(final: str, files: dict) -> None:
         raise
 
 
+EXPORTED = ("model.jax", "signature.json")  # what export/ holds, as write_directory writes it
+
+
+def _refuse_to_delete_what_the_user_put_there(out_dir: str) -> None:
+    """The export replaced goes whole (a link to a folder: the link alone): a file put beside model.jax, such as
+    predict.py's output=<run>/export/predictions.csv, would go with it."""
+    if os.path.islink(out_dir) or not os.path.isdir(out_dir):
+        return
+    theirs = sorted(set(os.listdir(out_dir)) - set(EXPORTED))
+    if theirs:
+        raise UserError(f"{out_dir} holds {', '.join(theirs)}, which export.py did not write and would delete with the "
+                        "export it replaces; move it out of export/ and run the command again.")
+
+
 def export(cfg: DictConfig) -> dict:
     _check_platforms(cfg.platforms)
     if OmegaConf.is_missing(cfg, "run_dir"):
         return _export(cfg, None)  # refused there, as eval.py's
     out_dir = os.path.join(cfg.run_dir, "export")
+    _refuse_to_delete_what_the_user_put_there(out_dir)
     exported_before = os.path.lexists(out_dir)  # restore_run makes export/ to check that it can be written
     try:
         return _export(cfg, out_dir)
