@@ -6,8 +6,9 @@ from zoo.startup import loading_libraries
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import complete_despite_sigterm, main_with_one_line_ctrl_c, refuse_null_groups, run_task
-    from zoo.config import register_configs
+    from zoo.cli import (complete_despite_sigterm, main_with_one_line_ctrl_c, refuse_mistyped_values,
+                         refuse_null_groups, run_task)
+    from zoo.config import TrainConfig, register_configs
     from zoo.population.launch import trains_populations
     from zoo.population.train import train_population, trains_alone
     from zoo.train import train
@@ -25,4 +26,5 @@ def main(cfg):
 
 if __name__ == "__main__":
     refuse_null_groups(sys.argv[1:])
+    refuse_mistyped_values(sys.argv[1:], TrainConfig)
     main_with_one_line_ctrl_c(main)

@@ -554,3 +554,23 @@ def test_a_relative_paths_data_dir_is_the_users_own_with_hydra_job_chdir(data_di
                                env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert not (tmp_path / "new-eval" / "data").exists()
+
+
+@pytest.mark.parametrize("args,sentence", [
+    (["trainer.batch_size=abc"], "trainer.batch_size must be an integer, got abc."),
+    (["trainer.epochs=1.5"], "trainer.epochs must be an integer, got 1.5."),
+    (["trainer.max_steps=many"], "trainer.max_steps must be an integer or null, got many."),
+    (["trainer.epochs=null"], "trainer.epochs must be an integer, got null."),
+    (["optimizer.learning_rate=0.1", "trainer.clip_norm=[1]"], "trainer.clip_norm must be a number or null, got [1]."),
+    (["logger.plot=maybe"], "logger.plot must be true or false, got maybe."),
+    (["++seed=x"], "seed must be an integer, got x."),
+    (["-m", "trainer.batch_size=16,abc"], "trainer.batch_size must be an integer, got abc."),
+    (["trainer.epochs="], "trainer.epochs must be an integer, got an empty value."),
+    (["hydra.job.chdir=maybe"], "hydra.job.chdir must be true, false or null, got maybe."),
+], ids=["word", "fraction", "optional", "null", "list", "bool", "force-add", "sweep", "empty", "hydras"])
+def test_a_value_of_the_wrong_type_is_one_sentence_naming_the_type(data_dir, tmp_path, args, sentence):
+    """Hydra ended them in 'Error merging override ...' and OmegaConf's node details (full_key, reference_type,
+    object_type), exit 1."""
+    done = run([*args, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"], data_dir)
+    assert done.returncode == 2 and done.stderr == f"error: {sentence}\n", done.stderr
+    assert os.listdir(tmp_path) == []

@@ -7,6 +7,7 @@ docs/errors.md lists them all.
 """
 import contextlib
 import contextvars
+import dataclasses
 import errno
 import fcntl
 import json
@@ -17,6 +18,8 @@ import signal
 import sys
 import tempfile
 import threading
+import types
+import typing
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
@@ -475,6 +478,68 @@ def refuse_null_groups(argv: list, conf_dir: str = CONF_DIR) -> None:
                              if f.endswith(".yaml"))
             exit_with(UserError(f"{key}=null: a config group cannot be set to null; choose one of "
                                 f"{', '.join(options)} (or ~{group} to leave out an optional group)."))
+
+
+FLAGS_WITH_VALUES = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg", "-p",
+                     "--package", "-i", "--info", "--experimental-rerun")
+TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def refuse_mistyped_values(argv: list, schema) -> None:
+    """`trainer.batch_size=abc` (or `trainer.epochs=1.5`, a sweep's `-m trainer.batch_size=16,abc`): a value that a
+    typed setting of `schema` does not take ended in Hydra's 'Error merging override' and OmegaConf's node details,
+    exit 1; one sentence naming the setting and its type and exit 2 instead, before Hydra reads the command line.
+    The value is tried as OmegaConf takes it; settings without a type (model.*, optimizer.*) are left to Hydra."""
+    from hydra.conf import HydraConf
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import nodes
+    from omegaconf.errors import OmegaConfBaseException
+
+    node_types = {int: nodes.IntegerNode, float: nodes.FloatNode, bool: nodes.BooleanNode, str: nodes.StringNode}
+    for before, arg in zip([""] + argv, argv):
+        if "=" not in arg or arg.startswith("-") or before in FLAGS_WITH_VALUES:
+            continue
+        key = arg.partition("=")[0].removeprefix("++")
+        # Hydra's own settings (hydra.job.chdir) have their schema too; checked before parsing, which costs
+        setting = _typed_setting(HydraConf, key.removeprefix("hydra.")) if key.startswith("hydra.") else \
+            _typed_setting(schema, key)
+        if setting is None:
+            continue
+        try:
+            override = OverridesParser.create().parse_overrides([arg])[0]
+        except Exception:  # Hydra's own grammar error says what is wrong with it
+            continue
+        if override.is_delete() or override.is_add() or override.package is not None:
+            continue
+        if not override.is_sweep_override():
+            values = [(override.value(), arg.partition("=")[2])]
+        elif override.is_discrete_sweep():
+            values = [(v, str(v)) for v in override.sweep_iterator()]
+        else:  # an interval: a sweeper's search space, which checks its own
+            continue
+        kind, optional = setting
+        takes = TYPE_NAMES[kind] if not optional else "true, false or null" if kind is bool else \
+            f"{TYPE_NAMES[kind]} or null"
+        for value, typed in values:
+            try:
+                node_types[kind](value=value, is_optional=optional)
+            except OmegaConfBaseException:
+                got = "null" if value is None else typed or "an empty value"
+                exit_with(UserError(f"{override.key_or_group} must be {takes}, got {got}."))
+
+
+def _typed_setting(schema, key: str):
+    """(type, whether null is allowed) of the setting `key` of the dataclass `schema` where it is one of TYPE_NAMES',
+    else None (a config group, a setting without a type, or no setting at all)."""
+    *groups, name = key.split(".")
+    for group in [*groups, name]:
+        if not dataclasses.is_dataclass(schema):
+            return None
+        schema = typing.get_type_hints(schema).get(group)
+    optional = typing.get_origin(schema) in (typing.Union, types.UnionType) and type(None) in typing.get_args(schema)
+    if optional:
+        schema = next((t for t in typing.get_args(schema) if t is not type(None)), None)
+    return (schema, optional) if schema in TYPE_NAMES else None
 
 
 def refuse_bare_paths(argv: list, file_key: str | None = None) -> None:
