@@ -132,8 +132,8 @@ BAD_VALUES = [
     ("optimized_metric=test/count", r"optimized_metric=test/count is the number of examples in the test split, the "
                                     r"same for every run, so it ranks nothing; use one of \['test/loss', "
                                     r"'test/accuracy', 'train/loss', 'train/accuracy'\]\."),
-    ("checkpoint.metric=f1", r"checkpoint\.metric=f1 is not a classification metric; use one of \['loss', 'accuracy', "
-                             r"'count'\] or null\."),
+    ("checkpoint.metric=f1", r"checkpoint\.metric=f1 is not a classification metric; use one of \['loss', "
+                             r"'accuracy'\] or null\."),
     ("schedule=warmup_cosine", r"schedule\.warmup_steps=50 must be smaller than the run's 6 steps"),
     ("schedule=warmup_cosine schedule.warmup_steps=-5", r"schedule\.warmup_steps must be an integer >= 0, got -5\."),
     ("seed=-1", r"seed must be an integer in \[0, 2\*\*32\), got seed=-1\."),
@@ -181,8 +181,10 @@ BAD_VALUES = [
     ("optimizer._target_=optax.tree_utils.functools.partial",
      r"optimizer names _target_='optax\.tree_utils\.functools\.partial', which is not allowed; it resolves to "
      r"functools\.partial"),
-    ("checkpoint.metric=count", r"checkpoint\.metric=count has no direction of its own; set checkpoint\.mode=max or "
-                                r"min\."),
+    ("checkpoint.metric=count", r"^checkpoint\.metric=count is the number of examples in the split each eval "
+                                r"counts, the same at every eval, so it ranks no checkpoint; use one of \['loss', "
+                                r"'accuracy'\] or null\.$"),
+    ("checkpoint.metric=count checkpoint.mode=max", r"^checkpoint\.metric=count is the number of examples"),
     ("parallel.cpu_devices=1000", r"parallel\.cpu_devices must be between 1 and 512 \(or null\), got 1000\."),
     ("parallel.cpu_devices=16", r"parallel\.cpu_devices=16 but this process already started JAX with 8 CPU "
                                 r"device\(s\); lower parallel\.cpu_devices or start a fresh process \(a multirun's "

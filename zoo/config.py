@@ -500,7 +500,10 @@ def validate_metrics(cfg: DictConfig) -> None:
                  f"optimized_metric={name} is not a result of a {task} run; use one of {choices} "
                  f"(or a figure of the run itself, {' or '.join(RUN_METRICS)}, usually beside another objective).")
     metric = cfg.checkpoint.metric
+    ranked = [m for m in METRICS[task] if m != "count"]  # count ranks nothing: every eval counts the same examples
+    _require(metric != "count", "checkpoint.metric=count is the number of examples in the split each eval counts, the "
+             f"same at every eval, so it ranks no checkpoint; use one of {ranked} or null.")
     _require(metric is None or metric in METRICS[task],
-             f"checkpoint.metric={metric} is not a {task} metric; use one of {list(METRICS[task])} or null.")
+             f"checkpoint.metric={metric} is not a {task} metric; use one of {ranked} or null.")
     _require(metric is None or metric in METRIC_MODES or cfg.checkpoint.mode is not None,
              f"checkpoint.metric={metric} has no direction of its own; set checkpoint.mode=max or min.")
