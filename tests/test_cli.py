@@ -574,3 +574,15 @@ def test_a_value_of_the_wrong_type_is_one_sentence_naming_the_type(data_dir, tmp
     done = run([*args, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"], data_dir)
     assert done.returncode == 2 and done.stderr == f"error: {sentence}\n", done.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("sweep", ["trainer.epochs=interval(1,3)",
+                                   "optimizer.learning_rate=tag(log,interval(1e-4,1e-1))"])
+def test_an_interval_in_a_grid_is_one_sentence_before_the_sweep_dir_is_made(data_dir, tmp_path, sweep):
+    """The basic sweeper enumerates values: it ended in a HydraException traceback ('BasicSweeper does not support
+    sweep type : INTERVAL_SWEEP'), exit 1, after making the sweep's directory."""
+    done = run(["-m", "debug=smoke", sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}"], data_dir)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == (f"error: {sweep} is an interval, which only an Optuna search draws from "
+                           "(hparams_search=...); list the grid's values (key=a,b,c) or give a range(start,stop).\n")
+    assert not (tmp_path / "sweep").exists()

@@ -215,8 +215,9 @@ class RunDirCheck(Callback):
 
 def _exit_if_no_jobs(config) -> None:
     """Hydra's basic sweeper runs the product of its sweeps' values: one sweep without any (range(0), a glob that
-    matches no option) gives a multirun of no jobs, which ended in exit 0 and an empty summary. Other sweepers
-    check their own search spaces."""
+    matches no option) gives a multirun of no jobs, which ended in exit 0 and an empty summary, and an interval, which
+    it cannot enumerate, a HydraException traceback once the sweep dir was made. Other sweepers check their own
+    search spaces."""
     if "BasicSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
         return
     from hydra.core.global_hydra import GlobalHydra
@@ -227,6 +228,10 @@ def _exit_if_no_jobs(config) -> None:
     loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() else None
     by_key = {o.get_key_element(): o for o in OverridesParser.create(config_loader=loader).parse_overrides(lines)}
     for override in by_key.values():  # as the sweeper does: a key's last override replaces its earlier ones
+        if override.is_interval_sweep():
+            exit_with(UserError(f"{override.input_line} is an interval, which only an Optuna search draws from "
+                                "(hparams_search=...); list the grid's values (key=a,b,c) or give a "
+                                "range(start,stop)."))
         if override.is_discrete_sweep() and not any(True for _ in override.sweep_string_iterator()):
             exit_with(UserError(f"{override.input_line} sweeps over no values, so the multirun would run no jobs; "
                                 "give it at least one value."))
