@@ -586,3 +586,19 @@ def test_an_interval_in_a_grid_is_one_sentence_before_the_sweep_dir_is_made(data
     assert done.stderr == (f"error: {sweep} is an interval, which only an Optuna search draws from "
                            "(hparams_search=...); list the grid's values (key=a,b,c) or give a range(start,stop).\n")
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("arg,reason", [
+    ("seed=${oc.env:ZOO_UNSET_VARIABLE}", "Environment variable 'ZOO_UNSET_VARIABLE' not found"),
+    ("trainer.epochs=${oc.env:TFDS_DATA_DIR}", "Value '{data_dir}' of type 'str' could not be converted to Integer"),
+    ("trainer.epochs=${trainer.nothere}", "Interpolation key 'trainer.nothere' not found"),
+    ("paths.output_dir=${oc.env:ZOO_UNSET_VARIABLE}", "Environment variable 'ZOO_UNSET_VARIABLE' not found"),
+], ids=["unset-variable", "wrong-type", "no-such-key", "output-dir"])
+def test_an_interpolation_that_does_not_resolve_is_one_sentence(data_dir, tmp_path, arg, reason):
+    """It ended in OmegaConf's traceback from wherever the zoo first read the setting, exit 1."""
+    done = run(["debug=smoke", arg, f"hydra.run.dir={tmp_path / 'run'}"], data_dir)
+    key = arg.partition("=")[0]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == (f"error: {arg} cannot be resolved: {reason.format(data_dir=data_dir)}; give {key} a value "
+                           "that resolves.\n")
+    assert not (tmp_path / "run").exists()

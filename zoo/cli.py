@@ -13,6 +13,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -583,9 +584,11 @@ def quiet_libraries() -> None:
 def run_task(fn, cfg):
     """Call fn(cfg); return its objective for sweepers. In a sweep an error fails only this trial."""
     quiet_libraries()
-    output_dir = OmegaConf.select(cfg, "paths.output_dir")  # train only; eval checks its run_dir itself
+    # train only; eval checks its run_dir itself. None where it does not resolve, refused below
+    output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
     held = None
     try:
+        check_resolvable(cfg)
         if output_dir is not None:  # an empty one would write checkpoints/ into the working directory
             check_writable(output_dir, "paths.output_dir")
             held = hold_output_dir(output_dir, cfg)
@@ -603,6 +606,28 @@ def run_task(fn, cfg):
     finally:
         if held and in_multirun():  # a sweep of many jobs would hold a descriptor for each until it ends
             release_output_dir(held)
+
+
+def check_resolvable(cfg) -> None:
+    """A setting given as an interpolation that does not resolve (seed=${oc.env:SEED} with SEED unset,
+    trainer.epochs=${oc.env:HOME}) ended in OmegaConf's traceback wherever the zoo first read it."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        key = e.full_key or ""
+        parent_key, _, name = key.rpartition(".")
+        try:
+            raw = (OmegaConf.select(cfg, parent_key) if parent_key else cfg)._get_node(name)._value()
+        except Exception:  # a key OmegaConf names in another form (a list's item): its interpolation goes unsaid
+            raw = None
+        reason = str(e.msg or e).splitlines()[0]
+        # OmegaConf's wrapping says what was resolved, which the sentence says already
+        reason = re.sub(r"^(\w+ raised while resolving interpolation|While dereferencing interpolation '.*?'): ", "",
+                        reason).strip('"')
+        raise UserError(f"{key}{'=' + str(raw) if raw is not None else ''} cannot be resolved: {reason}; give {key} "
+                        "a value that resolves.") from e
 
 
 def complete_despite_sigterm() -> None:
