@@ -602,3 +602,15 @@ def test_an_interpolation_that_does_not_resolve_is_one_sentence(data_dir, tmp_pa
     assert done.stderr == (f"error: {arg} cannot be resolved: {reason.format(data_dir=data_dir)}; give {key} a value "
                            "that resolves.\n")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_search_without_multirun_is_refused_in_one_sentence(data_dir, tmp_path):
+    """Without -m Hydra runs no sweeper: `python train.py hparams_search=digits_mlp` trained one run with the search's
+    base settings and exited 0, as if the search had been asked for and run."""
+    done = run(["hparams_search=digits_mlp", "debug=smoke", f"hydra.run.dir={tmp_path / 'run'}"], data_dir)
+    assert done.returncode == 2 and done.stderr == (
+        "error: hparams_search=digits_mlp sets up a search of many trials, which runs under -m (python train.py -m "
+        "hparams_search=digits_mlp); add -m, or leave hparams_search out to train once.\n"), done.stderr
+    assert not (tmp_path / "run").exists()
+    shown = run(["hparams_search=digits_mlp", "--cfg", "job"], data_dir)  # what the trials start from: still shown
+    assert shown.returncode == 0 and "optimized_metric: validation/accuracy" in shown.stdout, shown.stderr

@@ -548,6 +548,22 @@ def _typed_setting(schema, key: str):
     return (schema, optional) if schema in TYPE_NAMES else None
 
 
+NOT_RUNNING = {"-c", "--cfg", "-i", "--info", "-h", "--help", "--hydra-help", "--version", "-sc", "--shell-completion"}
+
+
+def refuse_search_without_multirun(argv: list) -> None:
+    """Without -m Hydra runs no sweeper: `python train.py hparams_search=digits_mlp` trained one run with the
+    search's base settings and exited 0, as if the search had run. Flags that only show (--cfg, --info) pass."""
+    flags = set(argv)
+    if {"-m", "--multirun"} & flags or NOT_RUNNING & flags or any(a.startswith(("--cfg=", "--info=")) for a in argv):
+        return
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+") == "hparams_search" and value.strip().lower() not in ("", "null"):
+            exit_with(UserError(f"{arg} sets up a search of many trials, which runs under -m (python train.py -m "
+                                f"{arg}); add -m, or leave hparams_search out to train once."))
+
+
 def refuse_bare_paths(argv: list, file_key: str | None = None) -> None:
     """`python eval.py outputs/...` ends in Hydra's grammar error, which does not name the setting: one sentence
     and exit 2 instead, naming run_dir (or `file_key` for a file: predict.py's input). An argument that follows a
