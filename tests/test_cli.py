@@ -567,7 +567,9 @@ def test_a_relative_paths_data_dir_is_the_users_own_with_hydra_job_chdir(data_di
     (["-m", "trainer.batch_size=16,abc"], "trainer.batch_size must be an integer, got abc."),
     (["trainer.epochs="], "trainer.epochs must be an integer, got an empty value."),
     (["hydra.job.chdir=maybe"], "hydra.job.chdir must be true, false or null, got maybe."),
-], ids=["word", "fraction", "optional", "null", "list", "bool", "force-add", "sweep", "empty", "hydras"])
+    (["-m", "hparams_search=digits_mlp", "hydra.sweeper.n_trials=1e3"],
+     "hydra.sweeper.n_trials must be an integer, got 1e3."),  # the zoo's Optuna sweeper's settings
+], ids=["word", "fraction", "optional", "null", "list", "bool", "force-add", "sweep", "empty", "hydras", "optuna"])
 def test_a_value_of_the_wrong_type_is_one_sentence_naming_the_type(data_dir, tmp_path, args, sentence):
     """Hydra ended them in 'Error merging override ...' and OmegaConf's node details (full_key, reference_type,
     object_type), exit 1."""

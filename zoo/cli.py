@@ -506,9 +506,16 @@ def refuse_mistyped_values(argv: list, schema) -> None:
         if "=" not in arg or arg.startswith("-") or before in FLAGS_WITH_VALUES:
             continue
         key = arg.partition("=")[0].removeprefix("++")
-        # Hydra's own settings (hydra.job.chdir) have their schema too; checked before parsing, which costs
-        setting = _typed_setting(HydraConf, key.removeprefix("hydra.")) if key.startswith("hydra.") else \
-            _typed_setting(schema, key)
+        # Hydra's own settings (hydra.job.chdir) have their schema too, and the zoo's Optuna sweeper's where the
+        # command line chooses it; checked before parsing, which costs
+        if key.startswith("hydra.sweeper.") and _chooses_the_zoos_optuna_sweeper(argv):
+            from zoo.sweeps.config import ZooOptunaSweeperConfig
+
+            setting = _typed_setting(ZooOptunaSweeperConfig, key.removeprefix("hydra.sweeper."))
+        elif key.startswith("hydra."):
+            setting = _typed_setting(HydraConf, key.removeprefix("hydra."))
+        else:
+            setting = _typed_setting(schema, key)
         if setting is None:
             continue
         try:
@@ -532,6 +539,18 @@ def refuse_mistyped_values(argv: list, schema) -> None:
             except OmegaConfBaseException:
                 got = "null" if value is None else typed or "an empty value"
                 exit_with(UserError(f"{override.key_or_group} must be {takes}, got {got}."))
+
+
+def _chooses_the_zoos_optuna_sweeper(argv: list) -> bool:
+    """hparams_search=<option> (each chooses it) or hydra/sweeper=zoo_optuna, the last of them deciding."""
+    chosen = False
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "hparams_search":
+            chosen = value.strip().lower() not in ("", "null") or chosen
+        elif key.lstrip("+") == "hydra/sweeper":
+            chosen = value.strip() == "zoo_optuna"
+    return chosen
 
 
 def _typed_setting(schema, key: str):
