@@ -616,3 +616,19 @@ def test_a_search_without_multirun_is_refused_in_one_sentence(data_dir, tmp_path
     assert not (tmp_path / "run").exists()
     shown = run(["hparams_search=digits_mlp", "--cfg", "job"], data_dir)  # what the trials start from: still shown
     assert shown.returncode == 0 and "optimized_metric: validation/accuracy" in shown.stdout, shown.stderr
+
+
+@pytest.mark.parametrize("folder, why", [("checkpoints", "whose old steps are deleted as it trains"),
+                                         ("export", "which export.py replaces whole")])
+def test_a_paths_output_dir_inside_a_runs_checkpoints_or_export_is_refused(data_dir, tmp_path, folder, why):
+    """hydra.run.dir there is refused; a paths.output_dir there trained a run into the other run's checkpoints/ (its
+    manager's to delete) or export/ (export.py's to replace), exit 0."""
+    run_dir = tmp_path / "r"
+    (run_dir / folder).mkdir(parents=True)
+    (run_dir / "results.json").write_text("{}")
+    inside = run_dir / folder / "new"
+    done = run(["debug=smoke", f"paths.output_dir={inside}", f"hydra.run.dir={tmp_path / 'h'}"], data_dir)
+    assert done.returncode == 2 and done.stderr == (f"error: paths.output_dir={inside} is inside a run's {folder}/ "
+                                                    f"({run_dir}), {why}; choose another paths.output_dir outside "
+                                                    "it.\n"), done.stderr
+    assert not inside.exists() and not (tmp_path / "h").exists()

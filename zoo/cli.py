@@ -163,8 +163,7 @@ class RunDirCheck(Callback):
     def on_run_start(self, config, **kwargs) -> None:
         # ${now:...} is a cached resolver on this very config object, so Hydra then uses the same directory.
         run_dir = str(config.hydra.run.dir)
-        _exit_if_inside_checkpoints(run_dir, "hydra.run.dir")
-        _exit_if_inside_an_export(run_dir, "hydra.run.dir")
+        _exit_if_inside_a_runs_folder(run_dir, "hydra.run.dir")
         _exit_if_unwritable(run_dir, "hydra.run.dir")
         _exit_if_in_the_way(run_dir, config, "hydra.run.dir")
         if os.path.isfile(os.path.join(run_dir, "multirun.yaml")):  # the summary stops at the first job dir down
@@ -179,8 +178,7 @@ class RunDirCheck(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         _exit_if_no_jobs(config)  # before the sweep dir is made: nothing would go into it
         _exit_if_submitit_cannot_run(config)
-        _exit_if_inside_checkpoints(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
-        _exit_if_inside_an_export(config.hydra.sweep.dir, "hydra.sweep.dir")
+        _exit_if_inside_a_runs_folder(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
         own_job_at_root = _holds_its_own_job(sweep, config)
@@ -369,25 +367,29 @@ def run_whose_checkpoints_hold(path: str):
     return None
 
 
-def _exit_if_inside_checkpoints(path: str, setting: str) -> None:
-    """Orbax owns a run's checkpoints/: it would take a command's files there for a step of its own, and delete
-    them with the run's old checkpoints."""
+def refuse_inside_a_runs_folder(path: str, setting: str) -> None:
+    """A UserError where `path` (the value of `setting`) lies inside a run's checkpoints/ or export/. Orbax owns a
+    run's checkpoints/: it would take a command's files there for a step of its own, and delete them with the run's
+    old checkpoints. export.py replaces a run's export/ whole (zoo.export.artifact.write_directory): a run trained
+    inside it was deleted, checkpoints and all, by the next export of the run around it."""
     run = run_whose_checkpoints_hold(path)
     if run:
-        exit_with(UserError(f"{setting}={path} is inside a run's checkpoints/ ({run}), whose old steps are deleted "
-                            f"as it trains; choose another {setting} outside it."))
-
-
-def _exit_if_inside_an_export(path: str, setting: str) -> None:
-    """export.py replaces a run's export/ whole (zoo.export.artifact.write_directory): a run trained inside it was
-    deleted, checkpoints and all, by the next export of the run around it."""
+        raise UserError(f"{setting}={path} is inside a run's checkpoints/ ({run}), whose old steps are deleted as it "
+                        f"trains; choose another {setting} outside it.")
     folder = os.path.abspath(path)
     while os.path.dirname(folder) != folder:
         run = os.path.dirname(folder)
         if os.path.basename(folder) == "export" and holds_training_run(run):
-            exit_with(UserError(f"{setting}={path} is inside a run's export/ ({run}), which export.py replaces whole; "
-                                f"choose another {setting} outside it."))
+            raise UserError(f"{setting}={path} is inside a run's export/ ({run}), which export.py replaces whole; "
+                            f"choose another {setting} outside it.")
         folder = run
+
+
+def _exit_if_inside_a_runs_folder(path: str, setting: str) -> None:
+    try:
+        refuse_inside_a_runs_folder(path, setting)
+    except UserError as e:
+        exit_with(e)
 
 
 def _exit_if_unwritable(path: str, setting: str) -> None:
@@ -625,6 +627,7 @@ def run_task(fn, cfg):
     try:
         check_resolvable(cfg)
         if output_dir is not None:  # an empty one would write checkpoints/ into the working directory
+            refuse_inside_a_runs_folder(output_dir, "paths.output_dir")  # hydra.run.dir's is checked by RunDirCheck
             check_writable(output_dir, "paths.output_dir")
             held = hold_output_dir(output_dir, cfg)
         with interrupts_remembered():
