@@ -6,8 +6,8 @@ from zoo.startup import loading_libraries
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import (complete_despite_sigterm, main_with_one_line_ctrl_c, refuse_mistyped_values,
-                         refuse_null_groups, refuse_search_without_multirun, run_task)
+    from zoo.cli import (complete_despite_sigterm, main_with_one_line_ctrl_c, overrides_then_flags,
+                         refuse_mistyped_values, refuse_null_groups, refuse_search_without_multirun, run_task)
     from zoo.config import TrainConfig, register_configs
     from zoo.population.launch import trains_populations
     from zoo.population.train import train_population, trains_alone
@@ -25,6 +25,7 @@ def main(cfg):
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = overrides_then_flags(sys.argv[1:])
     refuse_null_groups(sys.argv[1:])
     refuse_mistyped_values(sys.argv[1:], TrainConfig)
     refuse_search_without_multirun(sys.argv[1:])

@@ -632,3 +632,14 @@ def test_a_paths_output_dir_inside_a_runs_checkpoints_or_export_is_refused(data_
                                                     f"({run_dir}), {why}; choose another paths.output_dir outside "
                                                     "it.\n"), done.stderr
     assert not inside.exists() and not (tmp_path / "h").exists()
+
+
+def test_overrides_on_both_sides_of_a_flag_are_all_read(data_dir, tmp_path):
+    """argparse takes Hydra's overrides as one run of words: `python train.py debug=smoke -m seed=0,1` ended in its
+    usage text and 'unrecognized arguments: seed=0,1', exit 2."""
+    shown = run(["model=linear", "--cfg", "job", "seed=3"], data_dir)
+    assert shown.returncode == 0, shown.stderr
+    assert "_target_: zoo.models.Linear" in shown.stdout and "seed: 3" in shown.stdout
+    swept = run(["debug=smoke", "-m", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], data_dir)
+    assert swept.returncode == 0, swept.stderr
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]

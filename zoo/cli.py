@@ -569,6 +569,34 @@ def _typed_setting(schema, key: str):
     return (schema, optional) if schema in TYPE_NAMES else None
 
 
+SWITCHES = {"-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run", "-m", "--multirun", "-sc",
+            "--shell-completion"}
+INFO_TOPICS = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+
+
+def overrides_then_flags(argv: list) -> list:
+    """`argv` with Hydra's overrides first, in their order, and its flags (with their values) after them. argparse
+    reads the overrides as one run of words: `python train.py debug=smoke -m seed=0,1` ended in its usage text and
+    'unrecognized arguments: seed=0,1', exit 2. After the overrides, --info takes a topic only where one is given.
+    `argv` as it is where its overrides are one run already, or where it holds a flag argparse does not know (its
+    own message says so)."""
+    overrides, flags, at, i = [], [], [], 0
+    while i < len(argv):
+        arg, name = argv[i], argv[i].partition("=")[0]
+        takes = 1 if name in FLAGS_WITH_VALUES and "=" not in arg and name not in ("-i", "--info") else 0
+        if name in ("-i", "--info") and "=" not in arg and i + 1 < len(argv) and argv[i + 1] in INFO_TOPICS:
+            takes = 1
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            at.append(i)
+        elif name in SWITCHES or name in FLAGS_WITH_VALUES:
+            flags += argv[i:i + 1 + takes]
+        else:
+            return argv
+        i += 1 + takes
+    return argv if not at or at[-1] - at[0] + 1 == len(at) else overrides + flags
+
+
 NOT_RUNNING = {"-c", "--cfg", "-i", "--info", "-h", "--help", "--hydra-help", "--version", "-sc", "--shell-completion"}
 
 
