@@ -7,7 +7,8 @@ with loading_libraries():  # imports first, without the garbage collector (see z
     import hydra
 
     from zoo.cli import (complete_despite_sigterm, main_with_one_line_ctrl_c, overrides_then_flags,
-                         refuse_mistyped_values, refuse_null_groups, refuse_search_without_multirun, run_task)
+                         refuse_mistyped_values, refuse_null_groups, refuse_resolve_without_run_dir,
+                         refuse_search_without_multirun, run_task)
     from zoo.config import TrainConfig, register_configs
     from zoo.population.launch import trains_populations
     from zoo.population.train import train_population, trains_alone
@@ -29,4 +30,5 @@ if __name__ == "__main__":
     refuse_null_groups(sys.argv[1:])
     refuse_mistyped_values(sys.argv[1:], TrainConfig)
     refuse_search_without_multirun(sys.argv[1:])
+    refuse_resolve_without_run_dir(sys.argv[1:])
     main_with_one_line_ctrl_c(main)

@@ -643,3 +643,15 @@ def test_overrides_on_both_sides_of_a_flag_are_all_read(data_dir, tmp_path):
     swept = run(["debug=smoke", "-m", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], data_dir)
     assert swept.returncode == 0, swept.stderr
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]
+
+
+@pytest.mark.parametrize("show", [["--cfg", "job"], ["--cfg=all"], ["-c", "job"]])
+def test_resolve_without_a_run_directory_is_one_sentence(data_dir, show):
+    """paths.output_dir is the run directory Hydra makes only when the command runs: `--cfg job --resolve` ended in
+    OmegaConf's InterpolationValidationError traceback, exit 1."""
+    done = run([*show, "--resolve"], data_dir)
+    assert done.returncode == 2 and done.stderr == (
+        "error: --resolve cannot show paths.output_dir, the run directory Hydra makes only when the command runs "
+        "(${hydra:runtime.output_dir}); give paths.output_dir=DIR as well, or leave out --resolve.\n"), done.stderr
+    given = run([*show, "--resolve", "paths.output_dir=/tmp/somewhere"], data_dir)
+    assert given.returncode == 0 and "output_dir: /tmp/somewhere" in given.stdout, given.stderr

@@ -597,6 +597,19 @@ def overrides_then_flags(argv: list) -> list:
     return argv if not at or at[-1] - at[0] + 1 == len(at) else overrides + flags
 
 
+def refuse_resolve_without_run_dir(argv: list) -> None:
+    """`python train.py --cfg job --resolve`: paths.output_dir is ${hydra:runtime.output_dir}, which Hydra sets only
+    when the command runs, and OmegaConf's InterpolationValidationError traceback ended the command, exit 1."""
+    shown = [value for flag, value in zip(argv, argv[1:] + [""]) if flag in ("-c", "--cfg")]
+    shown += [arg.partition("=")[2] for arg in argv if arg.startswith("--cfg=")]
+    if "--resolve" not in argv or not {"job", "all"} & set(shown):
+        return
+    if not any(arg.partition("=")[0].lstrip("+") == "paths.output_dir" for arg in argv):
+        exit_with(UserError("--resolve cannot show paths.output_dir, the run directory Hydra makes only when the "
+                            "command runs (${hydra:runtime.output_dir}); give paths.output_dir=DIR as well, or leave "
+                            "out --resolve."))
+
+
 NOT_RUNNING = {"-c", "--cfg", "-i", "--info", "-h", "--help", "--hydra-help", "--version", "-sc", "--shell-completion"}
 
 
