@@ -640,6 +640,8 @@ def test_overrides_on_both_sides_of_a_flag_are_all_read(data_dir, tmp_path):
     shown = run(["model=linear", "--cfg", "job", "seed=3"], data_dir)
     assert shown.returncode == 0, shown.stderr
     assert "_target_: zoo.models.Linear" in shown.stdout and "seed: 3" in shown.stdout
+    info = run(["--info", "seed=3"], data_dir)  # argparse took seed=3 for --info's topic: 'invalid choice'
+    assert info.returncode == 0 and "Config search path" in info.stdout, info.stderr
     swept = run(["debug=smoke", "-m", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], data_dir)
     assert swept.returncode == 0, swept.stderr
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]

@@ -577,10 +577,12 @@ INFO_TOPICS = {"all", "config", "defaults", "defaults-tree", "plugins", "searchp
 def overrides_then_flags(argv: list) -> list:
     """`argv` with Hydra's overrides first, in their order, and its flags (with their values) after them. argparse
     reads the overrides as one run of words: `python train.py debug=smoke -m seed=0,1` ended in its usage text and
-    'unrecognized arguments: seed=0,1', exit 2. After the overrides, --info takes a topic only where one is given.
-    `argv` as it is where its overrides are one run already, or where it holds a flag argparse does not know (its
-    own message says so)."""
+    'unrecognized arguments: seed=0,1', exit 2. After the overrides, --info takes a topic only where one is given
+    (`--info seed=1` read seed=1 as its topic: 'invalid choice'). `argv` as it is where its overrides are one run
+    already, after no --info without a topic, or where it holds a flag argparse does not know (its own message
+    says so)."""
     overrides, flags, at, i = [], [], [], 0
+    topicless_info = False  # a bare --info just before an override, which argparse would take for its topic
     while i < len(argv):
         arg, name = argv[i], argv[i].partition("=")[0]
         takes = 1 if name in FLAGS_WITH_VALUES and "=" not in arg and name not in ("-i", "--info") else 0
@@ -591,10 +593,12 @@ def overrides_then_flags(argv: list) -> list:
             at.append(i)
         elif name in SWITCHES or name in FLAGS_WITH_VALUES:
             flags += argv[i:i + 1 + takes]
+            topicless_info |= arg in ("-i", "--info") and not takes and i + 1 < len(argv) and \
+                not argv[i + 1].startswith("-")
         else:
             return argv
         i += 1 + takes
-    return argv if not at or at[-1] - at[0] + 1 == len(at) else overrides + flags
+    return argv if not topicless_info and (not at or at[-1] - at[0] + 1 == len(at)) else overrides + flags
 
 
 def refuse_resolve_without_run_dir(argv: list) -> None:
