@@ -69,3 +69,43 @@ def test_cnn_on_tabular_data_says_what_to_choose(make_cfg):
     data = load_dataset(cfg.dataset, cfg.paths.data_dir)
     with pytest.raises(UserError, match=r"model=cnn cannot be built for dataset=diabetes.*model=linear"):
         build_model(cfg, data)
+
+
+def _built_after_a_lost_stop(monkeypatch, cfg, signum, wrapped: bool):
+    """The model's class, patched: its build runs the stop signal's handler, whose exception does not leave it as
+    itself (Python drops one raised inside a garbage-collection callback, C code may clear it, a library may wrap
+    it: `wrapped`), and then fails with an error as OmegaConf words it."""
+    import functools
+    import signal
+
+    from zoo.targets import _resolve_loaded
+
+    cls = _resolve_loaded(cfg.model._target_)
+    real = cls.__init__
+
+    @functools.wraps(real)
+    def stopped_while_built(self, *args, **kwargs):
+        try:
+            signal.getsignal(signum)(signum, None)
+        except KeyboardInterrupt as e:
+            stop = e
+        raise TypeError("Unsupported value type\n    full_key: \n    object_type=None") from (stop if wrapped else None)
+
+    monkeypatch.setattr(cls, "__init__", stopped_while_built)
+
+
+@pytest.mark.parametrize("signum", [2, 15], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("wrapped", [False, True], ids=["dropped", "wrapped"])
+def test_a_stop_while_the_model_is_built_stops_the_command(make_cfg, monkeypatch, signum, wrapped):
+    """A Ctrl-C (or a reading command's SIGTERM) inside the model's build that reached the build as another error
+    ended as 'model=mlp cannot be built for dataset=digits ... object_type=None', exit 2, not as the stop."""
+    from zoo import preemption, startup
+
+    if signum == 15:
+        monkeypatch.setattr(startup, "_sigterm_as_ctrl_c", True)  # export.py's, eval.py's and predict.py's
+    cfg = make_cfg("debug=smoke")
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    _built_after_a_lost_stop(monkeypatch, cfg, signum, wrapped)
+    with preemption.interrupts_remembered():
+        with pytest.raises(startup.Terminated if signum == 15 else KeyboardInterrupt):
+            build_model(cfg, data)

@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig
 
 from zoo.errors import UserError
+from zoo.preemption import raise_a_lost_interrupt
 
 SEARCHED_PACKAGES = ("zoo.", "optax.")
 
@@ -160,6 +161,21 @@ def safe_instantiate(node: DictConfig, where: str, refusal=_refusal, **kwargs):
     try:
         return instantiate(node, **kwargs)
     except Exception as e:  # hydra wraps the constructor's own error; its last line says what went wrong
+        _raise_a_stop_it_hid(e)
         cause = e.__cause__ or e
         raise UserError(f"could not build {where} from _target_={node.get('_target_')}: "
                         f"{str(cause).strip().splitlines()[-1]}") from None
+
+
+def _raise_a_stop_it_hid(error: Exception) -> None:
+    """A Ctrl-C (or a reading command's SIGTERM) that came while a target was built stops the command, also where it
+    reached the build as another error: wrapped by a library, or lost (Python drops one raised inside a
+    garbage-collection callback, C code may clear one) and the build then failing, half done (OmegaConf's '...
+    object_type=None'). Reported as the target's error, it ended with exit 2 instead of the command's stop line."""
+    seen, cause = set(), error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            raise cause from None
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    raise_a_lost_interrupt()
