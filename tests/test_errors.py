@@ -501,6 +501,21 @@ def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
         train(make_cfg("debug=smoke", f"trainer.resume={own}", out="d"))
 
 
+def test_resume_from_a_folder_of_runs_names_the_newest_runs_checkpoints(make_cfg, tmp_path):
+    """trainer.resume=outputs (runs below it) said only to pass an earlier run's checkpoints/; eval.py's run_dir
+    names the newest run below such a folder. Not the run being started there, whose checkpoints/ is newer still."""
+    outputs = tmp_path / "outputs"
+    older, newest = outputs / "2026-12-04" / "09-00-00", outputs / "2026-12-05" / "13-01-02"
+    train(make_cfg("debug=smoke", out="outputs/2026-12-05/13-01-02"))
+    shutil.copytree(newest, older)
+    os.utime(older, (1, 1))
+    for folder in (outputs, outputs / "2026-12-05"):
+        with pytest.raises(UserError, match=rf"^trainer\.resume={folder} holds no checkpoint; pass the checkpoints/ "
+                                            rf"directory of an earlier run, e\.g\. the newest, trainer\.resume="
+                                            rf"{newest / 'checkpoints'}, or use auto or never\.$"):
+            train(make_cfg("debug=smoke", f"trainer.resume={folder}", out="outputs/2026-12-05/14-00-00"))
+
+
 def test_resume_from_a_multiruns_directory_names_one_of_its_jobs_checkpoints(make_cfg, tmp_path):
     """A sweep's job folders (0, 1, ...) look like checkpoint steps: the sweep is named as such, not as a step whose
     metadata is unreadable."""

@@ -4,7 +4,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import launch_dir_path, new_run_dir
+from zoo.cli import launch_dir_path, new_run_dir, runs_below
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
@@ -116,7 +116,8 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
         source = Checkpoints(path, read_only=True, way_out="leave out trainer.resume to start afresh.")
         if not source.steps():
             source.close()
-            _refuse_empty_resume(resume, path, own=ckpts is not None and os.path.samefile(path, ckpts.directory))
+            _refuse_empty_resume(resume, path, own=ckpts is not None and os.path.samefile(path, ckpts.directory),
+                                 this_run=cfg.paths.output_dir)
     try:
         return _restore_from(source, cfg, target, own=source is ckpts)
     finally:
@@ -133,16 +134,31 @@ def _refuse_multirun_resume(resume: str, path: str) -> None:
                     f"jobs{example}.")
 
 
-def _refuse_empty_resume(resume: str, path: str, own: bool) -> None:
+def _refuse_empty_resume(resume: str, path: str, own: bool, this_run: str) -> None:
     """trainer.resume names a directory (`path`, where it lies) with no checkpoint step in it: one step's folder,
-    this run's own (empty) checkpoints/, or no checkpoints at all."""
+    this run's own (empty) checkpoints/, a folder of runs (outputs/, outputs/<date>/: the newest is named, not
+    `this_run`, being started there), or no checkpoints at all."""
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.basename(os.path.abspath(path)).isdigit() and os.path.basename(parent) == "checkpoints":
         raise UserError(f"trainer.resume={resume} is one checkpoint step; pass the checkpoints/ directory that holds "
                         f"it: trainer.resume={parent}.")
     what = "is this run's own checkpoints/ directory, which holds none yet" if own else "holds no checkpoint"
-    raise UserError(f"trainer.resume={resume} {what}; pass the checkpoints/ directory of an earlier run, or use "
-                    "auto or never.")
+    runs = [] if own else [run for run in runs_below(path) if _holds_steps(os.path.join(run, "checkpoints"))
+                           and not (os.path.exists(this_run) and os.path.samefile(run, this_run))]
+    example = ""
+    if runs:  # said as trainer.resume was given
+        newest = os.path.join(resume, os.path.relpath(max(runs, key=os.path.getmtime), path), "checkpoints")
+        example = f", e.g. the newest, trainer.resume={newest}"
+    raise UserError(f"trainer.resume={resume} {what}; pass the checkpoints/ directory of an earlier run{example}, or "
+                    "use auto or never.")
+
+
+def _holds_steps(checkpoints: str) -> bool:
+    """Whether a run's checkpoints/ holds a step's folder (named by its number), read without opening it."""
+    try:
+        return any(name.isdigit() for name in os.listdir(checkpoints))
+    except OSError:  # none (checkpoint.enabled=false) or unreadable: no run to resume from
+        return False
 
 
 def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
