@@ -516,6 +516,20 @@ def test_resume_from_a_folder_of_runs_names_the_newest_runs_checkpoints(make_cfg
             train(make_cfg("debug=smoke", f"trainer.resume={folder}", out="outputs/2026-12-05/14-00-00"))
 
 
+def test_resume_from_a_folder_inside_a_run_names_its_checkpoints(make_cfg, tmp_path):
+    """trainer.resume=RUN/.hydra (or RUN/export, or a folder inside a step) said only that it held no checkpoint, as
+    for an unrelated folder; eval.py's run_dir names the run such a folder is in."""
+    run = tmp_path / "earlier"
+    train(make_cfg("debug=smoke", out="earlier"))
+    for folder in (".hydra", "export"):  # as a command run from the shell writes them
+        (run / folder).mkdir(exist_ok=True)
+    inside_a_step = next(p for p in (run / "checkpoints" / "6").iterdir() if p.is_dir())
+    for folder in (run / ".hydra", run / "export", inside_a_step):
+        with pytest.raises(UserError, match=rf"^trainer\.resume={folder} is a folder inside a run; pass its "
+                                            rf"checkpoints: trainer\.resume={run / 'checkpoints'}\.$"):
+            train(make_cfg("debug=smoke", f"trainer.resume={folder}", out="b"))
+
+
 def test_resume_from_a_multiruns_directory_names_one_of_its_jobs_checkpoints(make_cfg, tmp_path):
     """A sweep's job folders (0, 1, ...) look like checkpoint steps: the sweep is named as such, not as a step whose
     metadata is unreadable."""
