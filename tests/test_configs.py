@@ -109,3 +109,24 @@ def test_a_stop_while_the_model_is_built_stops_the_command(make_cfg, monkeypatch
     with preemption.interrupts_remembered():
         with pytest.raises(startup.Terminated if signum == 15 else KeyboardInterrupt):
             build_model(cfg, data)
+
+
+def test_a_stop_while_the_optimizer_is_built_stops_the_command(make_cfg, monkeypatch):
+    """As for the model: optax's factory, called with the learning rate once Hydra has resolved it, failing after
+    a Ctrl-C it lost ended as 'could not build optimizer from _target_=optax.adamw: ...', exit 2."""
+    import signal
+
+    import zoo.optim
+    from zoo import preemption
+
+    def make(**kwargs):
+        try:
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        except KeyboardInterrupt:
+            pass
+        raise TypeError("unsupported operand type(s) for *: 'NoneType' and 'float'")
+
+    monkeypatch.setattr(zoo.optim, "safe_instantiate", lambda node, where, **kwargs: make)
+    with preemption.interrupts_remembered():
+        with pytest.raises(KeyboardInterrupt):
+            build_optimizer(make_cfg("debug=smoke"), total_steps=100)

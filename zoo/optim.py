@@ -12,7 +12,7 @@ import optax
 from zoo.config import is_number
 from zoo.ema import params_ema
 from zoo.errors import UserError
-from zoo.targets import safe_instantiate, target_parameters
+from zoo.targets import raise_a_stop_it_hid, safe_instantiate, target_parameters
 
 
 def check_run_length(cfg, total_steps: int, steps_per_epoch: int) -> None:
@@ -75,6 +75,7 @@ def _build(where: str, node, make, **kwargs):
     try:
         return make(**kwargs)
     except (TypeError, ValueError) as e:
+        raise_a_stop_it_hid(e)  # a Ctrl-C that came while it was built stops the command, as the model's does
         raise UserError(f"could not build {where} from _target_={node.get('_target_')}: {e}") from None
 
 

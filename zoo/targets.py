@@ -161,13 +161,13 @@ def safe_instantiate(node: DictConfig, where: str, refusal=_refusal, **kwargs):
     try:
         return instantiate(node, **kwargs)
     except Exception as e:  # hydra wraps the constructor's own error; its last line says what went wrong
-        _raise_a_stop_it_hid(e)
+        raise_a_stop_it_hid(e)
         cause = e.__cause__ or e
         raise UserError(f"could not build {where} from _target_={node.get('_target_')}: "
                         f"{str(cause).strip().splitlines()[-1]}") from None
 
 
-def _raise_a_stop_it_hid(error: Exception) -> None:
+def raise_a_stop_it_hid(error: Exception) -> None:
     """A Ctrl-C (or a reading command's SIGTERM) that came while a target was built stops the command, also where it
     reached the build as another error: wrapped by a library, or lost (Python drops one raised inside a
     garbage-collection callback, C code may clear one) and the build then failing, half done (OmegaConf's '...
