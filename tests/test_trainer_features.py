@@ -190,6 +190,17 @@ def test_early_stopping_patience_survives_preemption(make_cfg, monkeypatch):
     assert resumed["test"] == whole["test"]
 
 
+def test_a_run_stopped_under_trainer_resume_never_says_to_resume_with_auto(make_cfg, monkeypatch):
+    """Its stop line said to resume with the same command, which trainer.resume=never then refused: the run's
+    directory held checkpoints."""
+    with monkeypatch.context() as patch:
+        patch.setattr(RunLogger, "progress", sigterm_at(5))
+        with pytest.raises(Preempted, match=r"the checkpoint is saved — resume with the same command, "
+                                            r"trainer\.resume=auto instead of never, and hydra\.run\.dir="):
+            train(make_cfg(*SGD, "trainer.log_every=1", "trainer.resume=never"))
+    assert train(make_cfg(*SGD, "trainer.log_every=1", "trainer.resume=auto"))["start_step"] == 5
+
+
 def test_without_a_stop_the_final_metrics_are_the_best_checkpoints(make_cfg, tmp_path):
     results = train(make_cfg(*SGD, "trainer.max_steps=8", "trainer.eval_every=2", "optimizer.learning_rate=1.0",
                              "trainer.early_stopping.patience=100"))

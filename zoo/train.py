@@ -200,7 +200,8 @@ def train(cfg: DictConfig) -> dict:
             if stop and step < out.end_step:  # stopped before its end, and saved there
                 if out.ckpts:
                     out.ckpts.wait()
-                raise preempted(step, stop.signum, cfg.paths.output_dir, saved=out.ckpts is not None)
+                raise preempted(step, stop.signum, cfg.paths.output_dir, saved=out.ckpts is not None,
+                                resume_never=cfg.trainer.resume == "never")
             results, state = _finish(cfg, run, out, state, step, train_metrics, examples_per_s, model, t0)
         finally:
             if cfg.trainer.profile:

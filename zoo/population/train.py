@@ -274,7 +274,8 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
                         m.outputs.ckpts.wait()
                     at = max(step, m.outputs.start_step)  # a member still waiting for its resume step stays there
                     m.error = preempted(at, stop.signum, m.outputs.cfg.paths.output_dir, m.hydra_cfg,
-                                        saved=m.outputs.ckpts is not None)
+                                        saved=m.outputs.ckpts is not None,
+                                        resume_never=m.outputs.cfg.trainer.resume == "never")
                 except UserError as e:  # its save at the stop failed: it alone reports that
                     m.error = e
             if all(m.error is not None for m in run):
