@@ -530,6 +530,21 @@ def test_resume_from_a_folder_inside_a_run_names_its_checkpoints(make_cfg, tmp_p
             train(make_cfg("debug=smoke", f"trainer.resume={folder}", out="b"))
 
 
+def test_resume_from_a_copy_of_an_export_names_its_runs_checkpoints(make_cfg, tmp_path):
+    """A copy of a run's export/ elsewhere said only that it held no checkpoint; eval.py's run_dir names the run its
+    signature.json was exported from."""
+    run, copy = tmp_path / "earlier", tmp_path / "shipped"  # its signature.json names the run
+    (run / "checkpoints" / "6").mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    copy.mkdir()
+    (copy / "model.jax").write_bytes(b"")
+    (copy / "signature.json").write_text(json.dumps({"config": {"paths": {"output_dir": str(run)}}}))
+    with pytest.raises(UserError, match=rf"^trainer\.resume={copy} is an export's folder \(model\.jax, "
+                                        rf"signature\.json\), not a checkpoint directory; pass the checkpoints of the "
+                                        rf"run it was exported from, trainer\.resume={run / 'checkpoints'}\.$"):
+        train(make_cfg("debug=smoke", f"trainer.resume={copy}", out="b"))
+
+
 def test_resume_from_a_multiruns_directory_names_one_of_its_jobs_checkpoints(make_cfg, tmp_path):
     """A sweep's job folders (0, 1, ...) look like checkpoint steps: the sweep is named as such, not as a step whose
     metadata is unreadable."""

@@ -4,7 +4,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import launch_dir_path, new_run_dir, run_whose_checkpoints_hold, runs_below
+from zoo.cli import export_origin, launch_dir_path, new_run_dir, run_whose_checkpoints_hold, runs_below
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
@@ -136,8 +136,9 @@ def _refuse_multirun_resume(resume: str, path: str) -> None:
 
 def _refuse_empty_resume(resume: str, path: str, own: bool, this_run: str) -> None:
     """trainer.resume names a directory (`path`, where it lies) with no checkpoint step in it: one step's folder,
-    this run's own (empty) checkpoints/, a folder inside a run (its .hydra/, export/), a folder of runs (outputs/,
-    outputs/<date>/: the newest is named, not `this_run`, being started there), or no checkpoints at all."""
+    this run's own (empty) checkpoints/, a folder inside a run (its .hydra/, export/) or a copy of its export/, a
+    folder of runs (outputs/, outputs/<date>/: the newest is named, not `this_run`, being started there), or no
+    checkpoints at all."""
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.basename(os.path.abspath(path)).isdigit() and os.path.basename(parent) == "checkpoints":
         raise UserError(f"trainer.resume={resume} is one checkpoint step; pass the checkpoints/ directory that holds "
@@ -149,6 +150,11 @@ def _refuse_empty_resume(resume: str, path: str, own: bool, this_run: str) -> No
         checkpoints = os.path.normpath(os.path.join(resume, os.path.relpath(run, path), "checkpoints"))  # as given
         raise UserError(f"trainer.resume={resume} is a folder inside a run; pass its checkpoints: "
                         f"trainer.resume={checkpoints}.")
+    origin = export_origin(path)  # a copy of a run's export/ elsewhere
+    if origin and _holds_steps(os.path.join(origin, "checkpoints")):
+        raise UserError(f"trainer.resume={resume} is an export's folder (model.jax, signature.json), not a checkpoint "
+                        f"directory; pass the checkpoints of the run it was exported from, "
+                        f"trainer.resume={os.path.join(origin, 'checkpoints')}.")
     what = "is this run's own checkpoints/ directory, which holds none yet" if own else "holds no checkpoint"
     runs = [] if own else [run for run in runs_below(path) if _holds_steps(os.path.join(run, "checkpoints"))
                            and not (os.path.exists(this_run) and os.path.samefile(run, this_run))]
