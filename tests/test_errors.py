@@ -499,6 +499,11 @@ def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
     with pytest.raises(UserError, match=r"trainer\.resume=.*/d/checkpoints is this run's own checkpoints/ directory, "
                                         r"which holds none yet"):
         train(make_cfg("debug=smoke", f"trainer.resume={own}", out="d"))
+    # its own run directory: it said to pass its checkpoints/, which the line above then refused
+    with pytest.raises(UserError, match=r"^trainer\.resume=.*/d is this run's own directory, which holds no "
+                                        r"checkpoint yet; pass the checkpoints/ directory of an earlier run, or use "
+                                        r"auto or never\.$"):
+        train(make_cfg("debug=smoke", f"trainer.resume={own.parent}", out="d"))
 
 
 def test_resume_from_a_folder_of_runs_names_the_newest_runs_checkpoints(make_cfg, tmp_path):

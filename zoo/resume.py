@@ -107,6 +107,10 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     elif not os.path.isdir(path):
         raise UserError(f"trainer.resume={resume} is not a checkpoint directory; use auto, never or the "
                         "checkpoints/ directory of an earlier run.")
+    elif ckpts is not None and os.path.isdir(os.path.join(path, "checkpoints")) and \
+            os.path.samefile(os.path.join(path, "checkpoints"), ckpts.directory):  # its checkpoints/ refused below
+        raise UserError(f"trainer.resume={resume} is this run's own directory, which holds no checkpoint yet; pass "
+                        "the checkpoints/ directory of an earlier run, or use auto or never.")
     elif os.path.isdir(os.path.join(path, "checkpoints")):
         raise UserError(f"trainer.resume={resume} is a run directory; pass its checkpoints: trainer.resume="
                         f"{os.path.join(resume, 'checkpoints')}.")
