@@ -487,6 +487,11 @@ def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
     with pytest.raises(UserError, match=r"trainer\.resume=.*/earlier is a run directory; pass its checkpoints: "
                                         r"trainer\.resume=.*/earlier/checkpoints\."):
         train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'earlier'}"))
+    refused = tmp_path / "refused"  # a run refused before its first step keeps its (empty) checkpoints/
+    (refused / "checkpoints").mkdir(parents=True)
+    (refused / ".hydra").mkdir()
+    with pytest.raises(UserError, match=rf"^trainer\.resume={refused} holds no checkpoint; pass the checkpoints/ "):
+        train(make_cfg("debug=smoke", f"trainer.resume={refused}"))
     step = tmp_path / "earlier" / "checkpoints" / "6"
     with pytest.raises(UserError, match=rf"trainer\.resume={step} is one checkpoint step; pass the checkpoints/ "
                                         rf"directory that holds it: trainer\.resume={step.parent}\."):

@@ -111,7 +111,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
             os.path.samefile(os.path.join(path, "checkpoints"), ckpts.directory):  # its checkpoints/ refused below
         raise UserError(f"trainer.resume={resume} is this run's own directory, which holds no checkpoint yet; pass "
                         "the checkpoints/ directory of an earlier run, or use auto or never.")
-    elif os.path.isdir(os.path.join(path, "checkpoints")):
+    elif _holds_steps(os.path.join(path, "checkpoints")):  # not a refused run's, left empty: it says so below
         raise UserError(f"trainer.resume={resume} is a run directory; pass its checkpoints: trainer.resume="
                         f"{os.path.join(resume, 'checkpoints')}.")
     elif os.path.isfile(os.path.join(path, "multirun.yaml")):  # its jobs' folders (0, 1, ...) would pass for steps
