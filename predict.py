@@ -9,8 +9,8 @@ if __name__ == "__main__":  # before the imports, which take a second or two
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import (main_with_one_line_ctrl_c, reader_ctrl_c, refuse_bare_paths, refuse_null_groups,
-                         refuse_training_settings, run_task)
+    from zoo.cli import (main_with_one_line_ctrl_c, overrides_then_flags, reader_ctrl_c, refuse_bare_paths,
+                         refuse_mistyped_values, refuse_null_groups, refuse_training_settings, run_task)
     from zoo.config import PredictConfig, register_configs
     from zoo.export.predict import predict
 
@@ -23,7 +23,9 @@ def main(cfg):
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = overrides_then_flags(sys.argv[1:])
     refuse_null_groups(sys.argv[1:])
     refuse_training_settings(sys.argv[1:], "predict.py", PredictConfig)
+    refuse_mistyped_values(sys.argv[1:], PredictConfig)
     refuse_bare_paths(sys.argv[1:], file_key="input")
     main_with_one_line_ctrl_c(main, reader_ctrl_c("no predictions were written"))

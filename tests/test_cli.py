@@ -657,3 +657,29 @@ def test_resolve_without_a_run_directory_is_one_sentence(data_dir, show):
         "(${hydra:runtime.output_dir}); give paths.output_dir=DIR as well, or leave out --resolve.\n"), done.stderr
     given = run([*show, "--resolve", "paths.output_dir=/tmp/somewhere"], data_dir)
     assert given.returncode == 0 and "output_dir: /tmp/somewhere" in given.stdout, given.stderr
+
+
+@pytest.mark.parametrize("script,args,sentence", [
+    ("eval.py", ["trainer.batch_size=abc"], "trainer.batch_size must be an integer or null, got abc."),
+    ("eval.py", ["split=[a]"], "split must be a string, got [a]."),
+    ("export.py", ["checkpoint=[1]"], "checkpoint must be a string, got [1]."),
+    ("export.py", ["parallel.cpu_devices=two"], "parallel.cpu_devices must be an integer or null, got two."),
+    ("predict.py", ["input=x.npy", "batch_size=abc"], "batch_size must be an integer, got abc."),
+], ids=["eval-batch", "eval-split", "export-checkpoint", "export-devices", "predict-batch"])
+def test_a_value_of_the_wrong_type_for_a_reader_of_runs_is_one_sentence(data_dir, tmp_path, script, args, sentence):
+    """eval.py, export.py and predict.py ended them in Hydra's 'Error merging override ...' and OmegaConf's node
+    details, exit 1, as train.py did."""
+    (tmp_path / "run").mkdir()
+    done = run([f"run_dir={tmp_path / 'run'}", *args, f"hydra.run.dir={tmp_path / 'cmd'}"], data_dir, script=script)
+    assert done.returncode == 2 and done.stderr == f"error: {sentence}\n", done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+@pytest.mark.parametrize("script", ["eval.py", "export.py", "predict.py"])
+def test_overrides_on_both_sides_of_a_flag_are_all_read_by_a_reader_of_runs(data_dir, tmp_path, script):
+    """`python eval.py run_dir=R --cfg job checkpoint=best` ended in argparse's 'unrecognized arguments', exit 2."""
+    shown = run([f"run_dir={tmp_path}", "--cfg", "job", "checkpoint=best" if script != "predict.py" else "input=x.npy"],
+                data_dir, script=script)
+    assert shown.returncode == 0, shown.stderr
+    assert f"run_dir: {tmp_path}" in shown.stdout
+    assert ("checkpoint: best" if script != "predict.py" else "input: x.npy") in shown.stdout
