@@ -10,7 +10,8 @@ with loading_libraries():  # imports first, without the garbage collector (see z
     import hydra
 
     from zoo.cli import (main_with_one_line_ctrl_c, overrides_then_flags, reader_ctrl_c, refuse_bare_paths,
-                         refuse_mistyped_values, refuse_null_groups, refuse_training_settings, run_task)
+                         refuse_mistyped_values, refuse_null_groups, refuse_training_settings,
+                         refuse_values_that_are_not_lists, run_task)
     from zoo.config import ExportConfig, register_configs
     from zoo.export.artifact import export
 
@@ -27,5 +28,6 @@ if __name__ == "__main__":
     refuse_null_groups(sys.argv[1:])
     refuse_training_settings(sys.argv[1:], "export.py", ExportConfig, takes=["dataset.tfds_name"])
     refuse_mistyped_values(sys.argv[1:], ExportConfig)
+    refuse_values_that_are_not_lists(sys.argv[1:], ExportConfig)
     refuse_bare_paths(sys.argv[1:])
     main_with_one_line_ctrl_c(main, reader_ctrl_c("no export was written (export/ is as it was)"))

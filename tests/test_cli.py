@@ -683,3 +683,23 @@ def test_overrides_on_both_sides_of_a_flag_are_all_read_by_a_reader_of_runs(data
     assert shown.returncode == 0, shown.stderr
     assert f"run_dir: {tmp_path}" in shown.stdout
     assert ("checkpoint: best" if script != "predict.py" else "input: x.npy") in shown.stdout
+
+
+@pytest.mark.parametrize("args,sentence", [
+    (["platforms=cpu"], "platforms must be a list, got cpu; write it in brackets: platforms=[cpu]."),
+    (["platforms=null"], "platforms must be a list, got null; give one in brackets, e.g. platforms=[cpu]."),
+    (["-m", "platforms=cpu,cuda"], "platforms must be a list, got cpu; write it in brackets: platforms=[cpu]."),
+], ids=["word", "null", "sweep"])
+def test_a_single_platform_without_brackets_is_one_sentence(data_dir, tmp_path, args, sentence):
+    """export.py's platforms is a list: `platforms=cpu` ended in Hydra's 'Error merging override' and OmegaConf's
+    'Invalid value assigned: str is not a ListConfig, list or tuple.', exit 1."""
+    (tmp_path / "run").mkdir()
+    done = run([f"run_dir={tmp_path / 'run'}", *args, f"hydra.run.dir={tmp_path / 'cmd'}",
+                f"hydra.sweep.dir={tmp_path / 'sweep'}"], data_dir, script="export.py")
+    assert done.returncode == 2 and done.stderr == f"error: {sentence}\n", done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["run"]
+    for given in ["platforms=[cpu,cuda]", "platforms=${oc.create:[cpu,cuda]}"]:  # an interpolation may make a list
+        shown = run([f"run_dir={tmp_path / 'run'}", given, "--cfg", "job", "--resolve"], data_dir, script="export.py")
+        assert shown.returncode == 0 and "- cuda" in shown.stdout, shown.stderr
+    both = run([f"run_dir={tmp_path / 'run'}", "platforms=cpu,cuda"], data_dir, script="export.py")
+    assert both.returncode == 1 and "To use it as a list, use key=[value1,value2]" in both.stderr, both.stderr

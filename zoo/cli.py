@@ -887,3 +887,67 @@ def _hard_exit(code: int):
     sys.stderr.flush()
     logging.shutdown()
     os._exit(code)
+
+
+def refuse_values_that_are_not_lists(argv: list, schema) -> None:
+    """`python export.py run_dir=R platforms=cpu`: a single value (or null) where a setting of `schema` takes a list
+    ended in Hydra's 'Error merging override' and OmegaConf's 'str is not a ListConfig, list or tuple', exit 1; one
+    sentence naming the setting and how to write it and exit 2 instead, before Hydra reads the command line. Refused,
+    not taken as a list of one: Hydra writes a list in brackets wherever it takes one (model.hidden=[32], --cfg job
+    shows it so), and under -m `platforms=cpu,cuda` is a sweep of single values, not one list."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import ListConfig
+    from omegaconf.errors import ValidationError
+
+    for before, arg in zip([""] + argv, argv):
+        if "=" not in arg or arg.startswith("-") or before in FLAGS_WITH_VALUES:
+            continue
+        key = arg.partition("=")[0].removeprefix("++")
+        default = _list_setting(schema, key)
+        if default is None:
+            continue
+        try:
+            override = OverridesParser.create().parse_overrides([arg])[0]
+        except Exception:  # Hydra's own grammar error says what is wrong with it
+            continue
+        if override.is_delete() or override.is_add() or override.package is not None:
+            continue
+        if not override.is_sweep_override():
+            values = [(override.value(), arg.partition("=")[2])]
+        elif override.is_discrete_sweep() and {"-m", "--multirun"} & set(argv):
+            values = [(v, str(v)) for v in override.sweep_iterator()]
+        else:  # without -m, Hydra's own message says to write key=[a,b] for a list; an interval, its own
+            continue
+        for value, typed in values:
+            if value is not None:
+                try:
+                    ListConfig(content=value)  # a list, or an interpolation that may make one (${oc.env:...})
+                    continue
+                except ValidationError:
+                    pass
+            if value is None or isinstance(value, dict) or not typed:
+                got = "null" if value is None else typed or "an empty value"
+                example = ",".join(str(v) for v in default)
+                exit_with(UserError(f"{override.key_or_group} must be a list, got {got}; give one in brackets, e.g. "
+                                    f"{override.key_or_group}=[{example}]."))
+            exit_with(UserError(f"{override.key_or_group} must be a list, got {typed}; write it in brackets: "
+                                f"{override.key_or_group}=[{typed}]."))
+
+
+def _list_setting(schema, key: str):
+    """The default of the setting `key` of the dataclass `schema` where that setting is a list, else None."""
+    *groups, name = key.split(".")
+    for group in groups:
+        if not dataclasses.is_dataclass(schema):
+            return None
+        schema = typing.get_type_hints(schema).get(group)
+    if not dataclasses.is_dataclass(schema):
+        return None
+    hint = typing.get_type_hints(schema).get(name)
+    hints = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if not any(typing.get_origin(h) is list for h in hints):
+        return None
+    found = next((f for f in dataclasses.fields(schema) if f.name == name), None)
+    if found is None or found.default_factory is dataclasses.MISSING:
+        return []
+    return found.default_factory()
