@@ -502,10 +502,11 @@ def test_a_sweeps_fixed_paths_output_dir_is_named_in_its_refusals(data_dir, tmp_
 
 
 @pytest.mark.parametrize("script, path_setting", [("train.py", "trainer.resume=source/checkpoints"),
-                                                  ("eval.py", "run_dir=source")])
+                                                  ("eval.py", "run_dir=source"), ("export.py", "run_dir=source")])
 def test_a_relative_path_is_the_users_own_with_hydra_job_chdir(data_dir, make_cfg, tmp_path, script, path_setting):
     """hydra.job.chdir=true moves the task into its run directory; a relative trainer.resume or run_dir was read
-    from there ('does not exist'), not from the directory the command was run in."""
+    from there ('does not exist'), not from the directory the command was run in. export.py read the run where the
+    user meant, and then wrote its export/ from there."""
     train(make_cfg("debug=smoke", out="source"))
     extra = ["debug=smoke", "trainer.max_steps=8"] if script == "train.py" else []
     done = subprocess.run([sys.executable, str(ROOT / script), *extra, path_setting, "hydra.run.dir=new",
@@ -514,8 +515,10 @@ def test_a_relative_path_is_the_users_own_with_hydra_job_chdir(data_dir, make_cf
     assert done.returncode == 0, done.stderr[-2000:]
     if script == "train.py":
         assert json.loads((tmp_path / "new" / "results.json").read_text())["start_step"] == 6
-    else:
+    elif script == "eval.py":
         assert (tmp_path / "source" / "eval" / "test-6.json").is_file()
+    else:
+        assert (tmp_path / "source" / "export" / "model.jax").is_file() and not (tmp_path / "new" / "source").exists()
 
 
 def test_a_populations_members_hold_their_paths_output_dir_while_the_group_trains(data_dir, tmp_path):
@@ -703,3 +706,4 @@ def test_a_single_platform_without_brackets_is_one_sentence(data_dir, tmp_path, 
         assert shown.returncode == 0 and "- cuda" in shown.stdout, shown.stderr
     both = run([f"run_dir={tmp_path / 'run'}", "platforms=cpu,cuda"], data_dir, script="export.py")
     assert both.returncode == 1 and "To use it as a list, use key=[value1,value2]" in both.stderr, both.stderr
+

@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import written_whole
+from zoo.cli import launch_dir_path, written_whole
 from zoo.errors import UserError
 from zoo.ema import with_averaged_params
 from zoo.evaluate import restore_run
@@ -194,6 +194,7 @@ def export(cfg: DictConfig) -> dict:
     _check_platforms(cfg.platforms)
     if OmegaConf.is_missing(cfg, "run_dir"):
         return _export(cfg, None)  # refused there, as eval.py's
+    cfg.run_dir = launch_dir_path(cfg.run_dir)  # with hydra.job.chdir=true, export/ still goes into the user's run
     out_dir = os.path.join(cfg.run_dir, "export")
     _refuse_to_delete_what_the_user_put_there(out_dir)
     exported_before = os.path.lexists(out_dir)  # restore_run makes export/ to check that it can be written
