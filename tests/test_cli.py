@@ -707,3 +707,20 @@ def test_a_single_platform_without_brackets_is_one_sentence(data_dir, tmp_path, 
     both = run([f"run_dir={tmp_path / 'run'}", "platforms=cpu,cuda"], data_dir, script="export.py")
     assert both.returncode == 1 and "To use it as a list, use key=[value1,value2]" in both.stderr, both.stderr
 
+
+def test_a_run_dir_and_predict_paths_beginning_with_tilde_are_under_home(data_dir, make_cfg, tmp_path):
+    """paths.data_dir and trainer.resume expand ~; eval.py, export.py and predict.py took run_dir="~/run" (and
+    predict.py's input and output) as a folder named ~ in the working directory: 'run_dir=~/run does not exist'."""
+    train(make_cfg("debug=smoke", out="run"))
+    np.save(tmp_path / "x.npy", np.zeros((3, 8, 8, 1), np.float32))
+    home = dict(subprocess_env(data_dir), HOME=str(tmp_path))
+    for script, args in [("eval.py", [f"hydra.run.dir={tmp_path / 'e'}"]),
+                         ("export.py", [f"hydra.run.dir={tmp_path / 'x'}"]),
+                         ("predict.py", ['input="~/x.npy"', 'output="~/p.csv"'])]:
+        done = subprocess.run([sys.executable, script, 'run_dir="~/run"', *args], cwd=ROOT, env=home,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "run" / "eval" / "test-6.json").is_file()
+    assert (tmp_path / "run" / "export" / "model.jax").is_file()
+    assert len((tmp_path / "p.csv").read_text().splitlines()) == 4  # a header line and one line an example
+    assert not (ROOT / "~").exists()

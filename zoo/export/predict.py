@@ -27,6 +27,9 @@ def _check_command(cfg: DictConfig) -> None:
     if OmegaConf.is_missing(cfg, "run_dir") or OmegaConf.is_missing(cfg, "input"):
         raise UserError("run_dir and input are required: python predict.py run_dir=outputs/<date>/<time> "
                         "input=FILE.npy|FILE.csv (a run exported with export.py).")
+    for key in ("run_dir", "input", "output"):  # ~ as the shell would expand it, as paths.data_dir's is
+        if cfg[key] is not None:
+            cfg[key] = os.path.expanduser(cfg[key])
     if cfg.batch_size <= 0:
         raise UserError(f"batch_size must be a positive integer, got {cfg.batch_size}.")
     stdout = "name a .csv file to write, or leave output out to print to stdout."
