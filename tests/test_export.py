@@ -795,3 +795,17 @@ def test_exporting_again_refuses_to_delete_a_file_the_user_put_in_export(exporte
     assert (run / "export" / "predictions.csv").read_text() == "class\n9\n"
     assert (run / "export" / "model.jax").read_bytes() == model
     assert sorted(p.name for p in run.iterdir() if "export" in p.name) == ["export"]
+
+
+def test_predict_reads_and_writes_relative_paths_where_it_was_run_with_hydra_job_chdir(exported_run, tmp_path,
+                                                                                      data_dir):
+    """hydra.job.chdir=true moves the task into hydra.run.dir; eval.py and export.py still read a relative run_dir
+    from where the command was run, but predict.py read run_dir and input from there ('does not exist')."""
+    run_dir, cfg = exported_run
+    shutil.copytree(run_dir / "export", tmp_path / "run" / "export")
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    done = subprocess.run([sys.executable, str(ROOT / "predict.py"), "run_dir=run", "input=x.npy", "output=p.csv",
+                           "hydra.run.dir=new", "hydra.job.chdir=true"], cwd=tmp_path, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len((tmp_path / "p.csv").read_text().splitlines()) == 4 and not (tmp_path / "new" / "p.csv").exists()
