@@ -692,9 +692,10 @@ def test_eval_and_export_take_a_pinned_version_of_the_runs_dataset(exported_run,
     run = tmp_path / "run"
     shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("eval", "export"))
 
-    def command(*args):
-        return subprocess.run([sys.executable, script, f"run_dir={run}", *args], cwd=ROOT, capture_output=True,
-                              text=True, env=subprocess_env(data_dir), timeout=120)
+    def command(*args):  # each command's own log dir under tmp_path, not the checkout's outputs/
+        own = tmp_path / f"command-{len(list(tmp_path.glob('command-*')))}"
+        return subprocess.run([sys.executable, script, f"run_dir={run}", *args, f"hydra.run.dir={own}"], cwd=ROOT,
+                              capture_output=True, text=True, env=subprocess_env(data_dir), timeout=120)
 
     pinned = command("dataset.tfds_name=zoo_digits:1.0.0")  # taken, and read as train.py reads it
     assert pinned.returncode == 2 and pinned.stderr.endswith(
