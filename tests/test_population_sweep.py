@@ -166,6 +166,19 @@ def test_a_command_refused_before_any_job_leaves_the_sweeps_plan_as_it_was(data_
     assert (sweep / "multirun.yaml").read_text() == "# the plan of the sweep this directory holds\n"
 
 
+def test_a_command_refused_before_any_job_in_a_new_sweep_dir_leaves_no_sweep_behind(data_dir, tmp_path):
+    """It left the directories it made, holding the refused command's multirun.yaml as if a sweep had run there;
+    an empty directory that was there before stays, empty."""
+    command = ["hydra/launcher=population", "seed=0,1", "parallel=pmap", "parallel.cpu_devices=2"]
+    proc = multirun(data_dir, tmp_path / "new" / "sweep", *command, check=False)
+    assert proc.returncode == 2 and "use parallel=sharded or parallel=none" in proc.stderr
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "empty").mkdir()
+    proc = multirun(data_dir, tmp_path / "empty", *command, check=False)
+    assert proc.returncode == 2 and "use parallel=sharded or parallel=none" in proc.stderr
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
 def test_an_optuna_batch_refused_as_a_population_fails_with_the_sentence_and_a_rerun_asks_new_trials(data_dir,
                                                                                                    tmp_path):
     """The refused batch's trials are told FAIL with the refusal as their reason (it said `SystemExit: 2`); the

@@ -179,6 +179,7 @@ class RunDirCheck(Callback):
         _exit_if_no_jobs(config)  # before the sweep dir is made: nothing would go into it
         _exit_if_submitit_cannot_run(config)
         _exit_if_inside_a_runs_folder(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
+        _sweep_dirs_made[:] = _missing_dirs(str(config.hydra.sweep.dir))
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
         sweep = str(config.hydra.sweep.dir)
         own_job_at_root = _holds_its_own_job(sweep, config)
@@ -822,6 +823,29 @@ def reader_ctrl_c(unwritten: str) -> str:
 
 _ctrl_c = CTRL_C  # this command's line for a Ctrl-C outside the train loop: train.py's, or a reading command's
 _sweep_dir = None  # this process's multirun, once started: a Ctrl-C that ends it names the sweep to rerun
+_sweep_dirs_made = []  # the directories its start made for hydra.sweep.dir, deepest first
+
+
+def _missing_dirs(path: str) -> list:
+    """The directories os.makedirs(path) would make, deepest first."""
+    missing, path = [], os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def remove_new_sweep_dir() -> None:
+    """A multirun refused before any of its jobs ran (hydra/launcher=population's settings): the directories its
+    start made for hydra.sweep.dir are removed where nothing else was written into them (an Optuna study's
+    database keeps them), so no empty sweep is left behind."""
+    if _sweep_dir:
+        release_output_dir(_sweep_dir)
+    for path in _sweep_dirs_made:
+        try:
+            os.rmdir(path)  # an empty one only
+        except OSError:
+            break
 _sweep_job_dirs = set()  # the run directories of the jobs of this process's multirun that have ended
 
 

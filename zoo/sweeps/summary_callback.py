@@ -120,6 +120,8 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Optuna opens sqlite:///<sweep dir>/optuna.db before the launcher creates the sweep dir.
         os.makedirs(config.hydra.sweep.dir, exist_ok=True)
+        with contextlib.suppress(OSError):  # a new sweep dir
+            self.earlier_plan = _read_text(_plan_path(config))
         subdir = OmegaConf.select(config, "hydra.output_subdir", default=".hydra")
         if subdir != ".hydra":  # it would list none of the jobs, and report that none completed
             self.off = True
@@ -130,8 +132,6 @@ class SweepSummary(Callback):
             return
         _refuse_other_sweeps(str(config.hydra.sweep.dir))
         _refuse_another_objective(config)
-        with contextlib.suppress(OSError):  # a new sweep dir
-            self.earlier_plan = _read_text(_plan_path(config))
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         """A job run again in its directory (a resumed sweep) ends anew: what was read there before is stale."""
@@ -149,6 +149,7 @@ class SweepSummary(Callback):
         if config.hydra.mode != RunMode.MULTIRUN:
             return
         if self.off:  # a failed job still says why in its failure.json
+            self.all_refused &= isinstance(job_return._return_value, RunRefused)
             if job_return.status == JobStatus.FAILED and not isinstance(job_return._return_value, RunRefused):
                 write_failure(config.hydra.runtime.output_dir, job_return)
             return
@@ -175,9 +176,13 @@ class SweepSummary(Callback):
 
     def batch_refused(self, config: DictConfig) -> None:
         """A launcher refused a batch before any of its jobs started (hydra/launcher=population's settings): its
-        jobs count as refused ones for the plan the sweep dir keeps."""
+        jobs count as refused ones for the plan the sweep dir keeps; a sweep dir that held none is left without
+        one."""
         if not self.off:
             self._keep_the_plan_of_jobs_that_ran(config, refused=True)
+        if self.all_refused and self.earlier_plan is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(_plan_path(config))
 
     def _keep_the_plan_of_jobs_that_ran(self, config: DictConfig, refused: bool) -> None:
         """The sweeper rewrites multirun.yaml before the first job. While every job of this command was refused
