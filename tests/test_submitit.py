@@ -39,6 +39,8 @@ def test_submitit_local_sweep_runs_each_trial_as_a_job_and_summarises_both(data_
         assert hydra_cfg.launcher._target_.endswith("submitit_launcher.LocalLauncher")
         job_ids.add(str(hydra_cfg.job.id))  # submitit's job id: the job process's own
     assert all((sweep / ".submitit" / i / f"{i}_0_log.out").is_file() for i in job_ids) and len(job_ids) == 2
+    # no empty `%j` folder beside them: submitit makes the folder template's own path before it fills it in
+    assert sorted(p.name for p in (sweep / ".submitit").iterdir()) == sorted(job_ids)
     with open(sweep / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert sorted((r["job"], r["status"], r["optimizer.learning_rate"]) for r in rows) == [

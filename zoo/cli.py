@@ -178,6 +178,7 @@ class RunDirCheck(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         _exit_if_no_jobs(config)  # before the sweep dir is made: nothing would go into it
         _exit_if_submitit_cannot_run(config)
+        _id_folders[:] = _submitit_id_folders(config)
         _exit_if_inside_a_runs_folder(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
         _sweep_dirs_made[:] = _missing_dirs(str(config.hydra.sweep.dir))
         _exit_if_unwritable(config.hydra.sweep.dir, "hydra.sweep.dir")
@@ -270,6 +271,33 @@ def _exit_if_submitit_cannot_run(config) -> None:
     if reason:
         exit_with(UserError(f"hydra.launcher.submitit_folder={folder} is not writable ({reason}); set it to a "
                             "directory you can write."))
+
+
+_id_folders = []  # this process's sweep's: hydra.launcher.submitit_folder's folders named by an id tag, deepest first
+
+
+def _submitit_id_folders(config) -> list:
+    """The folders of hydra.launcher.submitit_folder whose names hold one of submitit's id tags (%j in the default
+    `${hydra.sweep.dir}/.submitit/%j`). submitit makes the folder under the template's own name before it fills in
+    each job's id, and leaves that `%j` folder empty beside the jobs' own."""
+    target = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
+    folder = str(OmegaConf.select(config, "hydra.launcher.submitit_folder", default="") or "")
+    if "hydra_submitit_launcher" not in target or not folder:
+        return []
+    tagged, path = [], os.path.abspath(folder)
+    while any(tag in os.path.basename(path) for tag in ("%j", "%t", "%A", "%a")):
+        tagged.append(path)
+        path = os.path.dirname(path)
+    return tagged
+
+
+def _remove_empty_id_folders() -> None:
+    """The sweep's end (any but a hard exit, whose jobs may still be starting): submitit's empty `%j` folders go."""
+    for path in _id_folders:
+        try:
+            os.rmdir(path)  # an empty one only
+        except OSError:
+            break
 
 
 def _holds_its_own_job(sweep: str, config) -> bool:
@@ -874,6 +902,8 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
         exit_with(UserError("-m (--multirun), --cfg, --info, --run and --shell-completion each choose what the command "
                             "does, so give one of them; to see a sweep job's config, drop -m and give each swept key "
                             "one of its values."))
+    finally:
+        _remove_empty_id_folders()
 
 
 def _stop_line(e: KeyboardInterrupt) -> tuple:
