@@ -69,6 +69,19 @@ def test_a_max_size_below_one_is_one_sentence(max_size, capsys):
     assert done.value.code == 2 and "hydra.launcher.max_size must be a positive" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value,got", [("abc", "abc"), ("2.5", "2.5"), ("null", "null")])
+def test_a_max_size_of_the_wrong_type_is_one_sentence_before_the_sweep(data_dir, tmp_path, value, got):
+    """It ended in Hydra's 'Error merging override' and OmegaConf's node details, exit 1."""
+    from conftest import subprocess_env
+
+    done = subprocess.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", "hydra/launcher=population",
+                           f"hydra.launcher.max_size={value}", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT,
+                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr == f"error: hydra.launcher.max_size must be an integer, got {got}.\n"
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_without_an_output_subdir_a_group_writes_no_hydra_folder(tmp_path):
     from zoo.population.launch import PreparedJob, _train_group
 

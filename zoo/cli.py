@@ -537,12 +537,16 @@ def refuse_mistyped_values(argv: list, schema) -> None:
         if "=" not in arg or arg.startswith("-") or before in FLAGS_WITH_VALUES:
             continue
         key = arg.partition("=")[0].removeprefix("++")
-        # Hydra's own settings (hydra.job.chdir) have their schema too, and the zoo's Optuna sweeper's where the
-        # command line chooses it; checked before parsing, which costs
+        # Hydra's own settings (hydra.job.chdir) have their schema too, and the zoo's Optuna sweeper's and population
+        # launcher's where the command line chooses them; checked before parsing, which costs
         if key.startswith("hydra.sweeper.") and _chooses_the_zoos_optuna_sweeper(argv):
             from zoo.sweeps.config import ZooOptunaSweeperConfig
 
             setting = _typed_setting(ZooOptunaSweeperConfig, key.removeprefix("hydra.sweeper."))
+        elif key.startswith("hydra.launcher.") and _chooses_the_population_launcher(argv):
+            from hydra_plugins.zoo_population_launcher.population_launcher import PopulationLauncherConf
+
+            setting = _typed_setting(PopulationLauncherConf, key.removeprefix("hydra.launcher."))
         elif key.startswith("hydra."):
             setting = _typed_setting(HydraConf, key.removeprefix("hydra."))
         else:
@@ -581,6 +585,16 @@ def _chooses_the_zoos_optuna_sweeper(argv: list) -> bool:
             chosen = value.strip().lower() not in ("", "null") or chosen
         elif key.lstrip("+") == "hydra/sweeper":
             chosen = value.strip() == "zoo_optuna"
+    return chosen
+
+
+def _chooses_the_population_launcher(argv: list) -> bool:
+    """hydra/launcher=population, the last hydra/launcher= deciding."""
+    chosen = False
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "hydra/launcher":
+            chosen = value.strip() == "population"
     return chosen
 
 
