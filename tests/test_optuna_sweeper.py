@@ -556,6 +556,31 @@ def test_what_fails_every_pruned_trial_is_refused_before_any_trial(tmp_path, mak
     assert launcher.calls == []
 
 
+@pytest.mark.parametrize("params,arguments,origin", [
+    ({"seed": "interval(0, 100)"}, [], "hydra.sweeper.params"),
+    ({}, ["trainer.batch_size=tag(log, interval(16, 128))"], "the command line"),
+], ids=["params", "command-line"])
+def test_an_interval_of_fractions_over_an_integer_setting_is_refused_before_any_trial(tmp_path, make_cfg, params,
+                                                                                     arguments, origin):
+    """Hydra reads interval(0, 100) as 0.0 to 100.0: every trial drew a fraction and failed in Hydra's `Error merging
+    override seed=37.45...`, `could not be converted to Integer`."""
+    from omegaconf import open_dict
+
+    launcher = RecordingLauncher()
+    sweep = make_sweep(tmp_path, launcher, params=params, n_trials=2)
+    sweep.config = make_cfg()
+    with open_dict(sweep.config):
+        sweep.config.hydra = {"sweep": {"dir": str(tmp_path)}}
+    key, _, searched = (arguments or [f"{k}={v}" for k, v in params.items()])[0].partition("=")
+    with pytest.raises(UserError) as refused:
+        sweep.sweep(arguments)
+    assert str(refused.value) == (f"the sweep searches {key} ({origin}) over {searched}, whose values have fractions, "
+                                  f"and {key} must be an integer; draw integers with int(interval(...)), e.g. "
+                                  f"{key}=int({searched}) (or range(...), choice(...)).").replace(
+        "int(tag(log, interval(16, 128)))", "tag(log, int(interval(16, 128)))")
+    assert launcher.calls == []
+
+
 def test_every_batch_is_composed_before_it_is_launched(tmp_path):
     """A launcher whose jobs compose in their own processes (submitit) ended the sweep in submitit's FailedJobError
     traceback when a later batch drew a value no config takes ('trainer.batch_size=choice(16,abc)'): only the

@@ -123,6 +123,36 @@ def _check_searched_keys(config, space, params) -> None:
                         f"{f'choose another {group}, or ' if chosen else ''}search settings it has.")
 
 
+def _check_searched_types(config, space, params, arguments) -> None:
+    """Hydra reads interval(0, 100) as 0.0 to 100.0 (int(interval(0, 100)) draws integers): over an integer setting
+    every trial drew a fraction and failed in Hydra's `Error merging override`, refused once, before the study
+    opens."""
+    from optuna.distributions import FloatDistribution
+    from omegaconf.nodes import IntegerNode
+
+    for key, distribution in space.distributions.items():
+        if not isinstance(distribution, FloatDistribution) or distribution.step is not None:
+            continue
+        parent, _, name = key.lstrip("+").rpartition(".")
+        node = OmegaConf.select(config, parent, default=None) if parent else config
+        if not isinstance(node, DictConfig) or name not in node or not isinstance(node._get_node(name), IntegerNode):
+            continue
+        given = [(f"{k}={v}", "hydra.sweeper.params") for k, v in (params or {}).items()]
+        given += [(str(a), "the command line") for a in arguments]  # the last of a key's lines is the one searched
+        searched, origin = [(line.partition("=")[2], where) for line, where in given
+                            if line.partition("=")[0] == key][-1]
+        start = searched.find("interval(")
+        end, depth = start + len("interval"), 0
+        for end in range(start + len("interval"), len(searched)):
+            depth += {"(": 1, ")": -1}.get(searched[end], 0)
+            if depth == 0:
+                break
+        as_int = f"{searched[:start]}int({searched[start:end + 1]}){searched[end + 1:]}"
+        raise UserError(f"the sweep searches {key} ({origin}) over {searched}, whose values have fractions, and {key} "
+                        f"must be an integer; draw integers with int(interval(...)), e.g. {key}={as_int} (or "
+                        "range(...), choice(...)).")
+
+
 def _eval_every(config, space) -> int:
     """The trials' trainer.eval_every where all share one (the command line's, else the config's); 1 when unknown
     or searched over, which each trial then checks for itself."""
@@ -201,6 +231,7 @@ class OptunaSweep:
                             "direction.")
         space = parse_search_space(self.params, arguments)
         _check_searched_keys(self.config, space, self.params)
+        _check_searched_types(self.config, space, self.params, arguments)
         self._check_searched_groups(space)
         _check_metrics(self.config, space)
         if self.pruner_cfg is not None:  # else every trial fails so

@@ -1,6 +1,6 @@
 """`hydra.sweeper.params` in Hydra's override grammar -> Optuna distributions, parsed by Hydra's own parser.
 
-    interval(a, b)            FloatDistribution (IntDistribution when both ends are ints)
+    interval(a, b)            FloatDistribution (Hydra reads its ends as floats; int(interval(a, b)): IntDistribution)
     tag(log, interval(a, b))  the same on a log scale
     choice(x, y, ...)         CategoricalDistribution (lists are passed as their override text: [64, 64])
     range(a, b[, step])       IntDistribution over [a, b) (FloatDistribution when a value is a float)
