@@ -486,6 +486,17 @@ def test_a_preset_searching_a_setting_the_chosen_group_lacks_is_refused_before_a
     assert not (sweep_dir / "optuna.db").exists()
 
 
+def test_a_search_refused_before_its_study_opens_leaves_no_new_sweep_dir(data_dir, tmp_path):
+    """It left the empty directories made for its hydra.sweep.dir; one that was there before stays, as it was."""
+    command = ["hparams_search=digits_mlp", "hydra.sweeper.n_trials=1", "trainer.batch_size=interval(16,128)"]
+    proc = multirun(data_dir, tmp_path / "new" / "sweep", *command, check=False)
+    assert proc.returncode == 2 and "draw integers with int(interval(...))" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    proc = multirun(data_dir, tmp_path / "kept", *command, check=False)
+    assert proc.returncode == 2 and (tmp_path / "kept").is_dir() and not list((tmp_path / "kept").iterdir())
+
+
 @pytest.mark.parametrize("subdir", ["null", "meta"])
 def test_jobs_kept_without_a_hydra_folder_get_no_summary_claiming_none_completed(data_dir, tmp_path, subdir):
     """The summary finds a sweep's jobs by their .hydra/ record: with hydra.output_subdir=null (or another name)

@@ -878,9 +878,9 @@ def _missing_dirs(path: str) -> list:
 
 
 def remove_new_sweep_dir() -> None:
-    """A multirun refused before any of its jobs ran (hydra/launcher=population's settings): the directories its
-    start made for hydra.sweep.dir are removed where nothing else was written into them (an Optuna study's
-    database keeps them), so no empty sweep is left behind."""
+    """A multirun refused before any of its jobs ran (hydra/launcher=population's settings, the Optuna sweeper's):
+    the directories its start made for hydra.sweep.dir are removed where nothing else was written into them (an
+    Optuna study's database keeps them), so no empty sweep is left behind."""
     if _sweep_dir:
         release_output_dir(_sweep_dir)
     for path in _sweep_dirs_made:
@@ -888,6 +888,7 @@ def remove_new_sweep_dir() -> None:
             os.rmdir(path)  # an empty one only
         except OSError:
             break
+    _sweep_dirs_made.clear()
 _sweep_job_dirs = set()  # the run directories of the jobs of this process's multirun that have ended
 
 
