@@ -497,6 +497,20 @@ def test_a_search_refused_before_its_study_opens_leaves_no_new_sweep_dir(data_di
     assert proc.returncode == 2 and (tmp_path / "kept").is_dir() and not list((tmp_path / "kept").iterdir())
 
 
+@pytest.mark.parametrize("overrides,code,said", [
+    (["hydra/launcher=population", "hydra.launcher.max_size=0"], 2, "hydra.launcher.max_size must be a positive"),
+    (["hparams_search=digits_mlp", "hydra.sweeper.n_trials=0"], 2, "hydra.sweeper.n_trials and hydra.sweeper.n_jobs"),
+    (["+hydra.launcher.foo=1"], 1, "got an unexpected keyword argument 'foo'"),  # Hydra's own message
+], ids=["launcher", "sweeper", "hydras"])
+def test_a_sweep_whose_sweeper_or_launcher_is_refused_leaves_no_new_sweep_dir(data_dir, tmp_path, overrides, code,
+                                                                              said):
+    """Hydra starts the multirun (its callbacks make the sweep dir) before it builds the sweeper and the launcher:
+    their refusals left the empty directories made for it."""
+    proc = multirun(data_dir, tmp_path / "new" / "sweep", "seed=0,1", *overrides, check=False)
+    assert proc.returncode == code and said in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "new").exists()
+
+
 @pytest.mark.parametrize("subdir", ["null", "meta"])
 def test_jobs_kept_without_a_hydra_folder_get_no_summary_claiming_none_completed(data_dir, tmp_path, subdir):
     """The summary finds a sweep's jobs by their .hydra/ record: with hydra.output_subdir=null (or another name)

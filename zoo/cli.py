@@ -878,9 +878,9 @@ def _missing_dirs(path: str) -> list:
 
 
 def remove_new_sweep_dir() -> None:
-    """A multirun refused before any of its jobs ran (hydra/launcher=population's settings, the Optuna sweeper's):
-    the directories its start made for hydra.sweep.dir are removed where nothing else was written into them (an
-    Optuna study's database keeps them), so no empty sweep is left behind."""
+    """A multirun refused before any of its jobs ran (the sweeper's or the launcher's settings, a batch
+    hydra/launcher=population refuses): the directories its start made for hydra.sweep.dir are removed where nothing
+    else was written into them (an Optuna study's database keeps them), so no empty sweep is left behind."""
     if _sweep_dir:
         release_output_dir(_sweep_dir)
     for path in _sweep_dirs_made:
@@ -919,6 +919,7 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
                             "one of its values."))
     finally:
         _remove_empty_id_folders()
+        remove_new_sweep_dir()  # nothing was written into it: a sweep refused before any job, whoever refused it
 
 
 def _stop_line(e: KeyboardInterrupt) -> tuple:

@@ -22,12 +22,11 @@ from hydra.core.utils import (JobReturn, JobRuntime, JobStatus, _flush_loggers, 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from zoo import preemption
-from zoo.cli import release_output_dir, remove_new_sweep_dir
+from zoo.cli import release_output_dir
 from zoo.errors import UserError, exit_with
 from zoo.sweeps.stop_on_signal import deferred, end_sweep_before_next_job, end_sweep_if_stopped
 
 log = logging.getLogger(__name__)
-_launched = []  # the sizes of the batches this process launched
 
 
 def trains_populations(train_population, trains_alone=None):
@@ -66,7 +65,6 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         groups = _alone_where_hydra_sets_up(groups, jobs)
         groups = _apart_where_faster(task_function.trains_alone, groups, prepared, jobs)
         _check_settings([prepared[g[0]].task_cfg for g in groups if len(g) > 1], hydra_context, config)
-    _launched.append(len(jobs))
     returns = [None] * len(jobs)
     for group in groups:
         end_sweep_before_next_job()  # one that came while the group before finished
@@ -200,8 +198,6 @@ def _check_settings(cfgs: list, hydra_context, config) -> None:
         for callback in getattr(hydra_context.callbacks, "callbacks", []):
             if isinstance(callback, SweepSummary):
                 callback.batch_refused(config)
-        if not _launched:
-            remove_new_sweep_dir()
         exit_with(e)
 
 

@@ -15,7 +15,7 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from zoo.cli import numbered_job_dirs, remove_new_sweep_dir
+from zoo.cli import numbered_job_dirs
 from zoo.errors import RunRefused, UserError, brief
 from zoo.loop import TrialPruned
 from zoo.sweeps import trial_link
@@ -222,15 +222,7 @@ class OptunaSweep:
         return study
 
     def sweep(self, arguments: list):
-        """Run this command's trials; returns the study. A setting refused before any trial leaves no new sweep dir
-        (the directories made for it, empty) behind."""
-        try:
-            return self._sweep(arguments)
-        except UserError:
-            remove_new_sweep_dir()
-            raise
-
-    def _sweep(self, arguments: list):
+        """Run this command's trials; returns the study."""
         import optuna
 
         self.directions = objective_directions(self.config, self.directions)
