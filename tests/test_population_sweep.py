@@ -153,6 +153,17 @@ def test_pmap_is_refused_before_any_training(data_dir, tmp_path):
     assert not list((tmp_path / "pmap").glob("*/results.json"))
 
 
+def test_a_cpu_device_count_out_of_range_fails_its_jobs_as_under_the_basic_launcher(data_dir, tmp_path):
+    """parallel.cpu_devices=100000 started the launcher's JAX with that many CPU devices, before any job checked
+    the setting: the sweep hung. Each job now fails with the basic launcher's sentence."""
+    proc = subprocess.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", "hydra/launcher=population",
+                           "parallel.cpu_devices=100000", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT,
+                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "parallel.cpu_devices must be between 1 and 512 (or null), got 100000." in proc.stderr
+    assert [r["status"] for r in summary_rows(tmp_path / "sweep")] == ["failed", "failed"]
+
+
 def test_a_command_refused_before_any_job_leaves_the_sweeps_plan_as_it_was(data_dir, tmp_path):
     """The sweeper writes multirun.yaml before the launcher refuses the batch: the sweep's own plan (its swept keys
     and job count in the summary) is put back, as for a command whose every job was refused; it was replaced by

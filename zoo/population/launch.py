@@ -56,11 +56,15 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
     trainer = getattr(task_function, "train_population", None)
     groups = [[i] for i in range(len(jobs))]
     if trainer is not None:
+        from zoo.config import MAX_CPU_DEVICES
         from zoo.parallel import cpu_devices_for_populations
         from zoo.population.grouping import group_indices
 
         prepared = [_prepare(job) for job in jobs]
-        cpu_devices_for_populations(max(p.task_cfg.parallel.cpu_devices or 0 for p in prepared))  # before JAX starts
+        # before JAX starts; a count out of range (parallel.cpu_devices=100000, whose devices JAX would take minutes
+        # to make) is left to its jobs, which refuse it as under the basic launcher
+        asked = [p.task_cfg.parallel.cpu_devices or 0 for p in prepared]
+        cpu_devices_for_populations(max([n for n in asked if 0 < n <= MAX_CPU_DEVICES], default=0))
         groups = _one_dir_each(group_indices([p.task_cfg for p in prepared], max_size), prepared)
         groups = _alone_where_hydra_sets_up(groups, jobs)
         groups = _apart_where_faster(task_function.trains_alone, groups, prepared, jobs)
