@@ -866,6 +866,7 @@ def reader_ctrl_c(unwritten: str) -> str:
 _ctrl_c = CTRL_C  # this command's line for a Ctrl-C outside the train loop: train.py's, or a reading command's
 _sweep_dir = None  # this process's multirun, once started: a Ctrl-C that ends it names the sweep to rerun
 _sweep_dirs_made = []  # the directories its start made for hydra.sweep.dir, deepest first
+_sweep_job_dirs = set()  # the run directories of the jobs of this process's multirun that have ended
 
 
 def _missing_dirs(path: str) -> list:
@@ -889,7 +890,6 @@ def remove_new_sweep_dir() -> None:
         except OSError:
             break
     _sweep_dirs_made.clear()
-_sweep_job_dirs = set()  # the run directories of the jobs of this process's multirun that have ended
 
 
 def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
