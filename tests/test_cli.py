@@ -606,7 +606,7 @@ def test_an_interpolation_that_does_not_resolve_is_one_sentence(data_dir, tmp_pa
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr == (f"error: {arg} cannot be resolved: {reason.format(data_dir=data_dir)}; give {key} a value "
                            "that resolves.\n")
-    assert not (tmp_path / "run").exists()
+    assert not any((tmp_path / "run" / name).exists() for name in ("checkpoints", "metrics.jsonl"))  # before writing
 
 
 def test_a_search_without_multirun_is_refused_in_one_sentence(data_dir, tmp_path):
