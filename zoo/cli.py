@@ -522,49 +522,59 @@ FLAGS_WITH_VALUES = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--c
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
+def _overridden_values(argv: list, setting_of, sweeps_only_under_m: bool):
+    """(Hydra's override, `setting_of(key)`, [(value, as written)]) of each override on the command line that sets a
+    value of a key `setting_of` knows (not None); a discrete sweep gives each of its values (only under -m where
+    `sweeps_only_under_m`). Flags' own values, deletions, additions and intervals (a sweeper's search space, which
+    checks its own) are left out, and so is an override Hydra cannot parse: its own error says what is wrong."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    multirun = bool({"-m", "--multirun"} & set(argv))
+    for before, arg in zip([""] + argv, argv):
+        if "=" not in arg or arg.startswith("-") or before in FLAGS_WITH_VALUES:
+            continue
+        setting = setting_of(arg.partition("=")[0].removeprefix("++"))  # before parsing, which costs
+        if setting is None:
+            continue
+        try:
+            override = OverridesParser.create().parse_overrides([arg])[0]
+        except Exception:  # noqa: BLE001 — Hydra's own grammar error says what is wrong with it
+            continue
+        if override.is_delete() or override.is_add() or override.package is not None:
+            continue
+        if not override.is_sweep_override():
+            yield override, setting, [(override.value(), arg.partition("=")[2])]
+        elif override.is_discrete_sweep() and (multirun or not sweeps_only_under_m):
+            yield override, setting, [(v, str(v)) for v in override.sweep_iterator()]
+
+
 def refuse_mistyped_values(argv: list, schema) -> None:
     """`trainer.batch_size=abc` (or `trainer.epochs=1.5`, a sweep's `-m trainer.batch_size=16,abc`): a value that a
     typed setting of `schema` does not take ended in Hydra's 'Error merging override' and OmegaConf's node details,
     exit 1; one sentence naming the setting and its type and exit 2 instead, before Hydra reads the command line.
     The value is tried as OmegaConf takes it; settings without a type (model.*, optimizer.*) are left to Hydra."""
     from hydra.conf import HydraConf
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import nodes
     from omegaconf.errors import OmegaConfBaseException
 
     node_types = {int: nodes.IntegerNode, float: nodes.FloatNode, bool: nodes.BooleanNode, str: nodes.StringNode}
-    for before, arg in zip([""] + argv, argv):
-        if "=" not in arg or arg.startswith("-") or before in FLAGS_WITH_VALUES:
-            continue
-        key = arg.partition("=")[0].removeprefix("++")
+
+    def setting_of(key: str):
         # Hydra's own settings (hydra.job.chdir) have their schema too, and the zoo's Optuna sweeper's and population
-        # launcher's where the command line chooses them; checked before parsing, which costs
+        # launcher's where the command line chooses them
         if key.startswith("hydra.sweeper.") and _chooses_the_zoos_optuna_sweeper(argv):
             from zoo.sweeps.config import ZooOptunaSweeperConfig
 
-            setting = _typed_setting(ZooOptunaSweeperConfig, key.removeprefix("hydra.sweeper."))
-        elif key.startswith("hydra.launcher.") and _chooses_the_population_launcher(argv):
+            return _typed_setting(ZooOptunaSweeperConfig, key.removeprefix("hydra.sweeper."))
+        if key.startswith("hydra.launcher.") and _chooses_the_population_launcher(argv):
             from hydra_plugins.zoo_population_launcher.population_launcher import PopulationLauncherConf
 
-            setting = _typed_setting(PopulationLauncherConf, key.removeprefix("hydra.launcher."))
-        elif key.startswith("hydra."):
-            setting = _typed_setting(HydraConf, key.removeprefix("hydra."))
-        else:
-            setting = _typed_setting(schema, key)
-        if setting is None:
-            continue
-        try:
-            override = OverridesParser.create().parse_overrides([arg])[0]
-        except Exception:  # Hydra's own grammar error says what is wrong with it
-            continue
-        if override.is_delete() or override.is_add() or override.package is not None:
-            continue
-        if not override.is_sweep_override():
-            values = [(override.value(), arg.partition("=")[2])]
-        elif override.is_discrete_sweep():
-            values = [(v, str(v)) for v in override.sweep_iterator()]
-        else:  # an interval: a sweeper's search space, which checks its own
-            continue
+            return _typed_setting(PopulationLauncherConf, key.removeprefix("hydra.launcher."))
+        if key.startswith("hydra."):
+            return _typed_setting(HydraConf, key.removeprefix("hydra."))
+        return _typed_setting(schema, key)
+
+    for override, setting, values in _overridden_values(argv, setting_of, sweeps_only_under_m=False):
         kind, optional = setting
         takes = TYPE_NAMES[kind] if not optional else "true, false or null" if kind is bool else \
             f"{TYPE_NAMES[kind]} or null"
@@ -964,30 +974,13 @@ def refuse_values_that_are_not_lists(argv: list, schema) -> None:
     ended in Hydra's 'Error merging override' and OmegaConf's 'str is not a ListConfig, list or tuple', exit 1; one
     sentence naming the setting and how to write it and exit 2 instead, before Hydra reads the command line. Refused,
     not taken as a list of one: Hydra writes a list in brackets wherever it takes one (model.hidden=[32], --cfg job
-    shows it so), and under -m `platforms=cpu,cuda` is a sweep of single values, not one list."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    shows it so), and under -m `platforms=cpu,cuda` is a sweep of single values, not one list (without -m, Hydra's own
+    message says to write key=[a,b] for a list)."""
     from omegaconf import ListConfig
     from omegaconf.errors import ValidationError
 
-    for before, arg in zip([""] + argv, argv):
-        if "=" not in arg or arg.startswith("-") or before in FLAGS_WITH_VALUES:
-            continue
-        key = arg.partition("=")[0].removeprefix("++")
-        default = _list_setting(schema, key)
-        if default is None:
-            continue
-        try:
-            override = OverridesParser.create().parse_overrides([arg])[0]
-        except Exception:  # Hydra's own grammar error says what is wrong with it
-            continue
-        if override.is_delete() or override.is_add() or override.package is not None:
-            continue
-        if not override.is_sweep_override():
-            values = [(override.value(), arg.partition("=")[2])]
-        elif override.is_discrete_sweep() and {"-m", "--multirun"} & set(argv):
-            values = [(v, str(v)) for v in override.sweep_iterator()]
-        else:  # without -m, Hydra's own message says to write key=[a,b] for a list; an interval, its own
-            continue
+    for override, default, values in _overridden_values(argv, lambda key: _list_setting(schema, key),
+                                                        sweeps_only_under_m=True):
         for value, typed in values:
             if value is not None:
                 try:
