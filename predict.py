@@ -9,8 +9,9 @@ if __name__ == "__main__":  # before the imports, which take a second or two
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import (main_with_one_line_ctrl_c, overrides_then_flags, reader_ctrl_c, refuse_bare_paths,
-                         refuse_mistyped_values, refuse_null_groups, refuse_training_settings, run_task)
+    from zoo.cli import main_with_one_line_ctrl_c, reader_ctrl_c, run_task
+    from zoo.command_line import (overrides_then_flags, refuse_bare_paths, refuse_mistyped_values, refuse_null_groups,
+                                  refuse_training_settings)
     from zoo.config import PredictConfig, register_configs
     from zoo.export.predict import predict
 

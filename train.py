@@ -6,9 +6,9 @@ from zoo.startup import loading_libraries
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra
 
-    from zoo.cli import (complete_despite_sigterm, main_with_one_line_ctrl_c, overrides_then_flags,
-                         refuse_mistyped_values, refuse_null_groups, refuse_resolve_without_run_dir,
-                         refuse_search_without_multirun, run_task)
+    from zoo.cli import complete_despite_sigterm, main_with_one_line_ctrl_c, run_task
+    from zoo.command_line import (overrides_then_flags, refuse_mistyped_values, refuse_null_groups,
+                                  refuse_resolve_without_run_dir, refuse_search_without_multirun)
     from zoo.config import TrainConfig, register_configs
     from zoo.population.launch import trains_populations
     from zoo.population.train import train_population, trains_alone

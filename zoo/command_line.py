@@ -1,0 +1,274 @@
+"""Checks of a command's own command line, made before Hydra reads it: what Hydra would end in a traceback, in its
+merge error (exit 1) or in argparse's usage text is one sentence naming the setting, exit 2, instead."""
+import dataclasses
+import os
+import types
+import typing
+
+from zoo.errors import UserError, exit_with
+
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+
+
+def refuse_null_groups(argv: list, conf_dir: str = CONF_DIR) -> None:
+    """`model=null` (a config group set to null) ends in a traceback from Hydra's defaults list, and a multirun's
+    `hydra.launcher=null` in one from Hydra's plugins; one sentence and exit 2 instead, before Hydra reads the
+    command line."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        group = key.lstrip("+~")
+        if not (sep and value.strip().lower() == "null" and group):
+            continue
+        if group in ("hydra.launcher", "hydra.sweeper") and {"-m", "--multirun"} & set(argv):
+            plugin = group.removeprefix("hydra.")  # a multirun instantiates it: Hydra's RuntimeError otherwise
+            exit_with(UserError(f"{key}=null: a multirun needs a {plugin}; choose one with hydra/{plugin}=<option> "
+                                "(--hydra-help lists them under 'Configuration groups')."))
+        if group.startswith("hydra/"):  # Hydra's own groups live in its package and its plugins
+            exit_with(UserError(f"{key}=null: a config group cannot be set to null; choose one of its options "
+                                "(--hydra-help lists them under 'Configuration groups')."))
+        if os.path.isdir(os.path.join(conf_dir, group)):
+            options = sorted(f.removesuffix(".yaml") for f in os.listdir(os.path.join(conf_dir, group))
+                             if f.endswith(".yaml"))
+            exit_with(UserError(f"{key}=null: a config group cannot be set to null; choose one of "
+                                f"{', '.join(options)} (or ~{group} to leave out an optional group)."))
+
+
+FLAGS_WITH_VALUES = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg", "-p",
+                     "--package", "-i", "--info", "--experimental-rerun")
+TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def _overridden_values(argv: list, setting_of, sweeps_only_under_m: bool):
+    """(Hydra's override, `setting_of(key)`, [(value, as written)]) of each override on the command line that sets a
+    value of a key `setting_of` knows (not None); a discrete sweep gives each of its values (only under -m where
+    `sweeps_only_under_m`). Flags' own values, deletions, additions and intervals (a sweeper's search space, which
+    checks its own) are left out, and so is an override Hydra cannot parse: its own error says what is wrong."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    multirun = bool({"-m", "--multirun"} & set(argv))
+    for before, arg in zip([""] + argv, argv):
+        if "=" not in arg or arg.startswith("-") or before in FLAGS_WITH_VALUES:
+            continue
+        setting = setting_of(arg.partition("=")[0].removeprefix("++"))  # before parsing, which costs
+        if setting is None:
+            continue
+        try:
+            override = OverridesParser.create().parse_overrides([arg])[0]
+        except Exception:  # noqa: BLE001 — Hydra's own grammar error says what is wrong with it
+            continue
+        if override.is_delete() or override.is_add() or override.package is not None:
+            continue
+        if not override.is_sweep_override():
+            yield override, setting, [(override.value(), arg.partition("=")[2])]
+        elif override.is_discrete_sweep() and (multirun or not sweeps_only_under_m):
+            yield override, setting, [(v, str(v)) for v in override.sweep_iterator()]
+
+
+def refuse_mistyped_values(argv: list, schema) -> None:
+    """`trainer.batch_size=abc` (or `trainer.epochs=1.5`, a sweep's `-m trainer.batch_size=16,abc`): a value that a
+    typed setting of `schema` does not take ended in Hydra's 'Error merging override' and OmegaConf's node details,
+    exit 1; one sentence naming the setting and its type and exit 2 instead, before Hydra reads the command line.
+    The value is tried as OmegaConf takes it; settings without a type (model.*, optimizer.*) are left to Hydra."""
+    from hydra.conf import HydraConf
+    from omegaconf import nodes
+    from omegaconf.errors import OmegaConfBaseException
+
+    node_types = {int: nodes.IntegerNode, float: nodes.FloatNode, bool: nodes.BooleanNode, str: nodes.StringNode}
+
+    def setting_of(key: str):
+        # Hydra's own settings (hydra.job.chdir) have their schema too, and the zoo's Optuna sweeper's and population
+        # launcher's where the command line chooses them
+        if key.startswith("hydra.sweeper.") and _chooses_the_zoos_optuna_sweeper(argv):
+            from zoo.sweeps.config import ZooOptunaSweeperConfig
+
+            return _typed_setting(ZooOptunaSweeperConfig, key.removeprefix("hydra.sweeper."))
+        if key.startswith("hydra.launcher.") and _chooses_the_population_launcher(argv):
+            from hydra_plugins.zoo_population_launcher.population_launcher import PopulationLauncherConf
+
+            return _typed_setting(PopulationLauncherConf, key.removeprefix("hydra.launcher."))
+        if key.startswith("hydra."):
+            return _typed_setting(HydraConf, key.removeprefix("hydra."))
+        return _typed_setting(schema, key)
+
+    for override, setting, values in _overridden_values(argv, setting_of, sweeps_only_under_m=False):
+        kind, optional = setting
+        takes = TYPE_NAMES[kind] if not optional else "true, false or null" if kind is bool else \
+            f"{TYPE_NAMES[kind]} or null"
+        for value, typed in values:
+            try:
+                node_types[kind](value=value, is_optional=optional)
+            except OmegaConfBaseException:
+                got = "null" if value is None else typed or "an empty value"
+                exit_with(UserError(f"{override.key_or_group} must be {takes}, got {got}."))
+
+
+def _chooses_the_zoos_optuna_sweeper(argv: list) -> bool:
+    """hparams_search=<option> (each chooses it) or hydra/sweeper=zoo_optuna, the last of them deciding."""
+    chosen = False
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "hparams_search":
+            chosen = value.strip().lower() not in ("", "null") or chosen
+        elif key.lstrip("+") == "hydra/sweeper":
+            chosen = value.strip() == "zoo_optuna"
+    return chosen
+
+
+def _chooses_the_population_launcher(argv: list) -> bool:
+    """hydra/launcher=population, the last hydra/launcher= deciding."""
+    chosen = False
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "hydra/launcher":
+            chosen = value.strip() == "population"
+    return chosen
+
+
+def _typed_setting(schema, key: str):
+    """(type, whether null is allowed) of the setting `key` of the dataclass `schema` where it is one of TYPE_NAMES',
+    else None (a config group, a setting without a type, or no setting at all)."""
+    *groups, name = key.split(".")
+    for group in [*groups, name]:
+        if not dataclasses.is_dataclass(schema):
+            return None
+        schema = typing.get_type_hints(schema).get(group)
+    optional = typing.get_origin(schema) in (typing.Union, types.UnionType) and type(None) in typing.get_args(schema)
+    if optional:
+        schema = next((t for t in typing.get_args(schema) if t is not type(None)), None)
+    return (schema, optional) if schema in TYPE_NAMES else None
+
+
+SWITCHES = {"-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run", "-m", "--multirun", "-sc",
+            "--shell-completion"}
+INFO_TOPICS = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+
+
+def overrides_then_flags(argv: list) -> list:
+    """`argv` with Hydra's overrides first, in their order, and its flags (with their values) after them. argparse
+    reads the overrides as one run of words: `python train.py debug=smoke -m seed=0,1` ended in its usage text and
+    'unrecognized arguments: seed=0,1', exit 2. After the overrides, --info takes a topic only where one is given
+    (`--info seed=1` read seed=1 as its topic: 'invalid choice'). `argv` as it is where its overrides are one run
+    already, after no --info without a topic, or where it holds a flag argparse does not know (its own message
+    says so)."""
+    overrides, flags, at, i = [], [], [], 0
+    topicless_info = False  # a bare --info just before an override, which argparse would take for its topic
+    while i < len(argv):
+        arg, name = argv[i], argv[i].partition("=")[0]
+        takes = 1 if name in FLAGS_WITH_VALUES and "=" not in arg and name not in ("-i", "--info") else 0
+        if name in ("-i", "--info") and "=" not in arg and i + 1 < len(argv) and argv[i + 1] in INFO_TOPICS:
+            takes = 1
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            at.append(i)
+        elif name in SWITCHES or name in FLAGS_WITH_VALUES:
+            flags += argv[i:i + 1 + takes]
+            topicless_info |= arg in ("-i", "--info") and not takes and i + 1 < len(argv) and \
+                not argv[i + 1].startswith("-")
+        else:
+            return argv
+        i += 1 + takes
+    return argv if not topicless_info and (not at or at[-1] - at[0] + 1 == len(at)) else overrides + flags
+
+
+def refuse_resolve_without_run_dir(argv: list) -> None:
+    """`python train.py --cfg job --resolve`: paths.output_dir is ${hydra:runtime.output_dir}, which Hydra sets only
+    when the command runs, and OmegaConf's InterpolationValidationError traceback ended the command, exit 1."""
+    shown = [value for flag, value in zip(argv, argv[1:] + [""]) if flag in ("-c", "--cfg")]
+    shown += [arg.partition("=")[2] for arg in argv if arg.startswith("--cfg=")]
+    if "--resolve" not in argv or not {"job", "all"} & set(shown):
+        return
+    if not any(arg.partition("=")[0].lstrip("+") == "paths.output_dir" for arg in argv):
+        exit_with(UserError("--resolve cannot show paths.output_dir, the run directory Hydra makes only when the "
+                            "command runs (${hydra:runtime.output_dir}); give paths.output_dir=DIR as well, or leave "
+                            "out --resolve."))
+
+
+NOT_RUNNING = {"-c", "--cfg", "-i", "--info", "-h", "--help", "--hydra-help", "--version", "-sc", "--shell-completion"}
+
+
+def refuse_search_without_multirun(argv: list) -> None:
+    """Without -m Hydra runs no sweeper: `python train.py hparams_search=digits_mlp` trained one run with the
+    search's base settings and exited 0, as if the search had run. Flags that only show (--cfg, --info) pass."""
+    flags = set(argv)
+    if {"-m", "--multirun"} & flags or NOT_RUNNING & flags or any(a.startswith(("--cfg=", "--info=")) for a in argv):
+        return
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+") == "hparams_search" and value.strip().lower() not in ("", "null"):
+            exit_with(UserError(f"{arg} sets up a search of many trials, which runs under -m (python train.py -m "
+                                f"{arg}); add -m, or leave hparams_search out to train once."))
+
+
+def refuse_bare_paths(argv: list, file_key: str | None = None) -> None:
+    """`python eval.py outputs/...` ends in Hydra's grammar error, which does not name the setting: one sentence
+    and exit 2 instead, naming run_dir (or `file_key` for a file: predict.py's input). An argument that follows a
+    flag is the flag's value, e.g. --config-dir DIR."""
+    for before, arg in zip([""] + argv, argv):
+        flag_value = before.startswith("-") and "=" not in before
+        if "=" not in arg and not arg.startswith("-") and not flag_value and ("/" in arg or os.path.exists(arg)):
+            key = file_key if file_key and os.path.isfile(arg) else "run_dir"
+            exit_with(UserError(f"{arg} is not an override; pass it as {key}={arg}."))
+
+
+def refuse_training_settings(argv: list, script: str, schema, conf_dir: str = CONF_DIR, takes=()) -> None:
+    """`python eval.py run_dir=R dataset=mnist` (or `+model=cnn`, `model.hidden=[8]`): a config group of training
+    that the command reading a run (eval.py, export.py, predict.py; its settings the fields of `schema`) has not.
+    Hydra refused it with the hint to append it, `+dataset=mnist`, which it then refused again; one sentence and
+    exit 2 instead, before Hydra reads the command line. `takes`: the keys of such a group the command does take
+    (eval.py's dataset.tfds_name), the others of their groups refused."""
+    own = set(schema.__dataclass_fields__) - {key.split(".")[0] for key in takes}
+    for arg in argv:
+        key, sep, _ = arg.partition("=")
+        if key.lstrip("+~") in takes:
+            continue
+        group = key.lstrip("+~").split(".")[0].split("/")[0]
+        if sep and group and group != "hydra" and group not in own and os.path.isdir(os.path.join(conf_dir, group)):
+            exit_with(UserError(f"{arg.lstrip('+~')} is not a setting of {script}, which reads the model, dataset and "
+                                f"training settings of the run that run_dir names from the run itself; remove {arg}."))
+
+
+def refuse_values_that_are_not_lists(argv: list, schema) -> None:
+    """`python export.py run_dir=R platforms=cpu`: a single value (or null) where a setting of `schema` takes a list
+    ended in Hydra's 'Error merging override' and OmegaConf's 'str is not a ListConfig, list or tuple', exit 1; one
+    sentence naming the setting and how to write it and exit 2 instead, before Hydra reads the command line. Refused,
+    not taken as a list of one: Hydra writes a list in brackets wherever it takes one (model.hidden=[32], --cfg job
+    shows it so), and under -m `platforms=cpu,cuda` is a sweep of single values, not one list (without -m, Hydra's own
+    message says to write key=[a,b] for a list)."""
+    from omegaconf import ListConfig
+    from omegaconf.errors import ValidationError
+
+    for override, default, values in _overridden_values(argv, lambda key: _list_setting(schema, key),
+                                                        sweeps_only_under_m=True):
+        for value, typed in values:
+            if value is not None:
+                try:
+                    ListConfig(content=value)  # a list, or an interpolation that may make one (${oc.env:...})
+                    continue
+                except ValidationError:
+                    pass
+            if value is None or isinstance(value, dict) or not typed:
+                got = "null" if value is None else typed or "an empty value"
+                example = ",".join(str(v) for v in default)
+                exit_with(UserError(f"{override.key_or_group} must be a list, got {got}; give one in brackets, e.g. "
+                                    f"{override.key_or_group}=[{example}]."))
+            exit_with(UserError(f"{override.key_or_group} must be a list, got {typed}; write it in brackets: "
+                                f"{override.key_or_group}=[{typed}]."))
+
+
+def _list_setting(schema, key: str):
+    """The default of the setting `key` of the dataclass `schema` where that setting is a list, else None."""
+    *groups, name = key.split(".")
+    for group in groups:
+        if not dataclasses.is_dataclass(schema):
+            return None
+        schema = typing.get_type_hints(schema).get(group)
+    if not dataclasses.is_dataclass(schema):
+        return None
+    hint = typing.get_type_hints(schema).get(name)
+    hints = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if not any(typing.get_origin(h) is list for h in hints):
+        return None
+    found = next((f for f in dataclasses.fields(schema) if f.name == name), None)
+    if found is None or found.default_factory is dataclasses.MISSING:
+        return []
+    return found.default_factory()
