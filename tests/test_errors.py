@@ -1336,3 +1336,18 @@ def test_ctrl_c_while_preparing_exits_130_and_the_next_run_prepares(data_dir, tm
 def test_eval_without_run_dir_exits_2(data_dir, tmp_path):
     done = run([f"hydra.run.dir={tmp_path / 'eval'}"], data_dir, script="eval.py")
     assert_one_sentence(done, 2, "error: run_dir is required")
+
+
+def test_eval_of_a_folder_of_runs_names_the_newest_run_that_holds_a_checkpoint(make_cfg, tmp_path):
+    """A run refused before its first step leaves an empty checkpoints/: named as the newest, it was then refused for
+    having no complete checkpoint. The newest run holding a step is named instead."""
+    import os
+
+    outputs = tmp_path / "outputs" / "2026-12-05"
+    (outputs / "09-00-00" / "checkpoints" / "5").mkdir(parents=True)
+    (outputs / "10-00-00" / "checkpoints").mkdir(parents=True)  # refused before its first step
+    for i, name in enumerate(("09-00-00", "10-00-00")):
+        os.utime(outputs / name, (1000 + i, 1000 + i))
+    with pytest.raises(UserError, match=rf"^run_dir={outputs} is not a run but holds runs below it; pass one of "
+                                        rf"them, e\.g\. the newest, run_dir={outputs / '09-00-00'}\.$"):
+        evaluate(eval_cfg(make_cfg, outputs))

@@ -313,6 +313,15 @@ def holds_training_run(path: str) -> bool:
     return any(os.path.exists(os.path.join(path, name)) for name in ("checkpoints", "results.json"))
 
 
+def holds_steps(checkpoints: str) -> bool:
+    """Whether a run's checkpoints/ holds a step's folder (named by its number), read without opening it: a run
+    refused before its first step leaves it empty."""
+    try:
+        return any(name.isdigit() for name in os.listdir(checkpoints))
+    except OSError:  # none (checkpoint.enabled=false) or unreadable
+        return False
+
+
 def command_read(path: str):
     """(the run_dir it read, its script) where `path` is the directory an eval.py or export.py command kept its
     .hydra/ and log in (outputs/eval/<date>/<time>), else None. Their configs hold run_dir; a training run's not."""

@@ -6,9 +6,9 @@ import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
-from zoo.cli import (a_commands_own_directory, command_read, export_origin, folders_below, holds_training_run,
-                     launch_dir_path, require_dir, run_whose_checkpoints_hold, runs_below, unwritable_reason,
-                     written_whole)
+from zoo.cli import (a_commands_own_directory, command_read, export_origin, folders_below, holds_steps,
+                     holds_training_run, launch_dir_path, require_dir, run_whose_checkpoints_hold, runs_below,
+                     unwritable_reason, written_whole)
 from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
                         validate_placement)
 from zoo.errors import UserError
@@ -115,7 +115,9 @@ def _not_a_run(run_dir: str):
                 f"a training run's directory{example}.")
     runs = runs_below(run_dir)
     if runs:  # outputs/, outputs/<date>/, multirun/ or multirun/<date>/: was told to be trained itself
-        newest = max(runs, key=os.path.getmtime)
+        # not one refused before its first step, whose checkpoints/ is empty: it has nothing to evaluate
+        newest = max([run for run in runs if holds_steps(os.path.join(run, "checkpoints"))] or runs,
+                     key=os.path.getmtime)
         return (f"run_dir={run_dir} is not a run but holds runs below it; pass one of them, e.g. the newest, "
                 f"run_dir={newest}.")
     return None

@@ -4,7 +4,8 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import export_origin, launch_dir_path, new_run_dir, run_whose_checkpoints_hold, runs_below
+from zoo.cli import (export_origin, holds_steps, launch_dir_path, new_run_dir, run_whose_checkpoints_hold,
+                     runs_below)
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
@@ -111,7 +112,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
             os.path.samefile(os.path.join(path, "checkpoints"), ckpts.directory):  # its checkpoints/ refused below
         raise UserError(f"trainer.resume={resume} is this run's own directory, which holds no checkpoint yet; pass "
                         "the checkpoints/ directory of an earlier run, or use auto or never.")
-    elif _holds_steps(os.path.join(path, "checkpoints")):  # not a refused run's, left empty: it says so below
+    elif holds_steps(os.path.join(path, "checkpoints")):  # not a refused run's, left empty: it says so below
         raise UserError(f"trainer.resume={resume} is a run directory; pass its checkpoints: trainer.resume="
                         f"{os.path.join(resume, 'checkpoints')}.")
     elif os.path.isfile(os.path.join(path, "multirun.yaml")):  # its jobs' folders (0, 1, ...) would pass for steps
@@ -149,18 +150,18 @@ def _refuse_empty_resume(resume: str, path: str, own: bool, this_run: str) -> No
                         f"it: trainer.resume={parent}.")
     run = None if own else (run_whose_checkpoints_hold(path) or
                             run_whose_checkpoints_hold(os.path.join(parent, "checkpoints")))
-    if run and _holds_steps(os.path.join(run, "checkpoints")) and \
+    if run and holds_steps(os.path.join(run, "checkpoints")) and \
             not os.path.samefile(path, os.path.join(run, "checkpoints")):  # its .hydra/, export/, a step's part
         checkpoints = os.path.normpath(os.path.join(resume, os.path.relpath(run, path), "checkpoints"))  # as given
         raise UserError(f"trainer.resume={resume} is a folder inside a run; pass its checkpoints: "
                         f"trainer.resume={checkpoints}.")
     origin = export_origin(path)  # a copy of a run's export/ elsewhere
-    if origin and _holds_steps(os.path.join(origin, "checkpoints")):
+    if origin and holds_steps(os.path.join(origin, "checkpoints")):
         raise UserError(f"trainer.resume={resume} is an export's folder (model.jax, signature.json), not a checkpoint "
                         f"directory; pass the checkpoints of the run it was exported from, "
                         f"trainer.resume={os.path.join(origin, 'checkpoints')}.")
     what = "is this run's own checkpoints/ directory, which holds none yet" if own else "holds no checkpoint"
-    runs = [] if own else [run for run in runs_below(path) if _holds_steps(os.path.join(run, "checkpoints"))
+    runs = [] if own else [run for run in runs_below(path) if holds_steps(os.path.join(run, "checkpoints"))
                            and not (os.path.exists(this_run) and os.path.samefile(run, this_run))]
     example = ""
     if runs:  # said as trainer.resume was given
@@ -168,14 +169,6 @@ def _refuse_empty_resume(resume: str, path: str, own: bool, this_run: str) -> No
         example = f", e.g. the newest, trainer.resume={newest}"
     raise UserError(f"trainer.resume={resume} {what}; pass the checkpoints/ directory of an earlier run{example}, or "
                     "use auto or never.")
-
-
-def _holds_steps(checkpoints: str) -> bool:
-    """Whether a run's checkpoints/ holds a step's folder (named by its number), read without opening it."""
-    try:
-        return any(name.isdigit() for name in os.listdir(checkpoints))
-    except OSError:  # none (checkpoint.enabled=false) or unreadable: no run to resume from
-        return False
 
 
 def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
