@@ -122,8 +122,9 @@ def unwritable_reason(path: str):
 
 
 def launch_dir_path(path: str) -> str:
-    """A path setting as the user meant it: relative to the directory the command was run from, which
-    hydra.job.chdir=true leaves for the run directory. Unchanged where the task still runs there."""
+    """A path setting as the user meant it: `~` as the shell would expand it, and relative to the directory the
+    command was run from, which hydra.job.chdir=true leaves for the run directory. Otherwise unchanged."""
+    path = os.path.expanduser(path)
     if not HydraConfig.initialized() or os.path.isabs(path):
         return path
     launch_dir = HydraConfig.get().runtime.cwd
@@ -288,9 +289,9 @@ def _submitit_id_folders(config) -> list:
     return tagged
 
 
-def _remove_empty_id_folders() -> None:
-    """The sweep's end (any but a hard exit, whose jobs may still be starting): submitit's empty `%j` folders go."""
-    for path in _id_folders:
+def _remove_empty(folders: list) -> None:
+    """Each of `folders` (deepest first) while it is empty; the first that is not, and those above it, stay."""
+    for path in folders:
         try:
             os.rmdir(path)  # an empty one only
         except OSError:
@@ -350,25 +351,25 @@ def a_commands_own_directory(run_dir: str):
             f"pass {run}.")
 
 
-def folders_below(folder: str, depth: int) -> list:
-    """The folders `depth` levels below `folder` at most."""
+def _subfolders(folder: str) -> list:
     try:
-        below = [os.path.join(folder, name) for name in os.listdir(folder)]
+        names = os.listdir(folder)
     except OSError:
         return []
-    folders = [path for path in below if os.path.isdir(path)]
+    return [path for path in (os.path.join(folder, name) for name in names) if os.path.isdir(path)]
+
+
+def folders_below(folder: str, depth: int) -> list:
+    """The folders `depth` levels below `folder` at most."""
+    folders = _subfolders(folder)
     return folders + [deeper for path in folders if depth > 1 for deeper in folders_below(path, depth - 1)]
 
 
 def runs_below(folder: str, depth: int = 3) -> list:
     """Training runs in the folders `depth` levels below `folder` at most (outputs/<date>/<time>, and a sweep's
     jobs, multirun/<date>/<time>/<job>)."""
-    try:
-        below = [os.path.join(folder, name) for name in os.listdir(folder)]
-    except OSError:
-        return []
     runs = []
-    for path in filter(os.path.isdir, below):
+    for path in _subfolders(folder):
         if holds_training_run(path):
             runs.append(path)
         elif depth > 1:
@@ -680,11 +681,7 @@ def remove_new_sweep_dir() -> None:
     else was written into them (an Optuna study's database keeps them), so no empty sweep is left behind."""
     if _sweep_dir:
         release_output_dir(_sweep_dir)
-    for path in _sweep_dirs_made:
-        try:
-            os.rmdir(path)  # an empty one only
-        except OSError:
-            break
+    _remove_empty(_sweep_dirs_made)
     _sweep_dirs_made.clear()
 
 
@@ -713,8 +710,8 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
         exit_with(UserError("-m (--multirun), --cfg, --info, --run and --shell-completion each choose what the command "
                             "does, so give one of them; to see a sweep job's config, drop -m and give each swept key "
                             "one of its values."))
-    finally:
-        _remove_empty_id_folders()
+    finally:  # not after a hard exit, whose submitit jobs may still be starting
+        _remove_empty(_id_folders)  # submitit's empty `%j` folders
         remove_new_sweep_dir()  # nothing was written into it: a sweep refused before any job, whoever refused it
 
 

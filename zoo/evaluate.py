@@ -245,9 +245,7 @@ def restore_run(cfg: DictConfig, script: str, out_name: str, what: str):
     Shared by the commands that read a finished run (eval.py, export.py): devices are chosen before the
     checkpoints are opened, and the saved config passes the allow-list before anything is built."""
     _check_command(cfg, script)
-    # ~ as the shell would expand it (paths.data_dir's and trainer.resume's are); with hydra.job.chdir=true, still
-    # the run the user named
-    cfg.run_dir = launch_dir_path(os.path.expanduser(cfg.run_dir))
+    cfg.run_dir = launch_dir_path(cfg.run_dir)
     select_devices(cfg.parallel, cfg.distributed)  # before opening checkpoints starts JAX with its defaults
     if jax.process_count() > 1:  # each would restore its own run's checkpoint, and wait for the others
         check_same_settings(OmegaConf.to_container(cfg, resolve=True))

@@ -95,7 +95,7 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
     A run with checkpoints of its own continues from them; a `trainer.resume` path only seeds an empty run,
     so rerunning the same command after a preemption does not go back to the source checkpoint."""
     resume = cfg.trainer.resume
-    path = launch_dir_path(os.path.expanduser(resume))  # said as given; read where the user meant it (~: home)
+    path = launch_dir_path(resume)  # said as given; read where the user meant it (~: home)
     own_steps = ckpts.steps() if ckpts else []
     if resume == "never" and own_steps:
         raise RunRefused(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "

@@ -194,8 +194,8 @@ def export(cfg: DictConfig) -> dict:
     _check_platforms(cfg.platforms)
     if OmegaConf.is_missing(cfg, "run_dir"):
         return _export(cfg, None)  # refused there, as eval.py's
-    # ~ as the shell would expand it (as eval.py's); with hydra.job.chdir=true, export/ still goes into the user's run
-    cfg.run_dir = launch_dir_path(os.path.expanduser(cfg.run_dir))
+    # with hydra.job.chdir=true, export/ still goes into the user's run
+    cfg.run_dir = launch_dir_path(cfg.run_dir)
     out_dir = os.path.join(cfg.run_dir, "export")
     _refuse_to_delete_what_the_user_put_there(out_dir)
     exported_before = os.path.lexists(out_dir)  # restore_run makes export/ to check that it can be written

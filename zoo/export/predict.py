@@ -27,9 +27,9 @@ def _check_command(cfg: DictConfig) -> None:
     if OmegaConf.is_missing(cfg, "run_dir") or OmegaConf.is_missing(cfg, "input"):
         raise UserError("run_dir and input are required: python predict.py run_dir=outputs/<date>/<time> "
                         "input=FILE.npy|FILE.csv (a run exported with export.py).")
-    for key in ("run_dir", "input", "output"):  # ~ as the shell would expand it, as paths.data_dir's is; with
-        if cfg[key]:  # hydra.job.chdir=true, still where the command was run (an empty output is refused below)
-            cfg[key] = launch_dir_path(os.path.expanduser(cfg[key]))
+    for key in ("run_dir", "input", "output"):  # where the user meant them (~, hydra.job.chdir=true)
+        if cfg[key]:  # an empty output is refused below
+            cfg[key] = launch_dir_path(cfg[key])
     if cfg.batch_size <= 0:
         raise UserError(f"batch_size must be a positive integer, got {cfg.batch_size}.")
     stdout = "name a .csv file to write, or leave output out to print to stdout."
