@@ -572,7 +572,10 @@ def test_a_relative_paths_data_dir_is_the_users_own_with_hydra_job_chdir(data_di
     (["hydra.job.chdir=maybe"], "hydra.job.chdir must be true, false or null, got maybe."),
     (["-m", "hparams_search=digits_mlp", "hydra.sweeper.n_trials=1e3"],
      "hydra.sweeper.n_trials must be an integer, got 1e3."),  # the zoo's Optuna sweeper's settings
-], ids=["word", "fraction", "optional", "null", "list", "bool", "force-add", "sweep", "empty", "hydras", "optuna"])
+    (["-m", "seed=0,1", "hydra.sweeper.max_batch_size=abc"],
+     "hydra.sweeper.max_batch_size must be an integer or null, got abc."),  # Hydra's basic sweeper's
+], ids=["word", "fraction", "optional", "null", "list", "bool", "force-add", "sweep", "empty", "hydras", "optuna",
+        "basic-sweeper"])
 def test_a_value_of_the_wrong_type_is_one_sentence_naming_the_type(data_dir, tmp_path, args, sentence):
     """Hydra ended them in 'Error merging override ...' and OmegaConf's node details (full_key, reference_type,
     object_type), exit 1."""

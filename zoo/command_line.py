@@ -76,12 +76,10 @@ def refuse_mistyped_values(argv: list, schema) -> None:
     node_types = {int: nodes.IntegerNode, float: nodes.FloatNode, bool: nodes.BooleanNode, str: nodes.StringNode}
 
     def setting_of(key: str):
-        # Hydra's own settings (hydra.job.chdir) have their schema too, and the zoo's Optuna sweeper's and population
-        # launcher's where the command line chooses them
-        if key.startswith("hydra.sweeper.") and _chooses_the_zoos_optuna_sweeper(argv):
-            from zoo.sweeps.config import ZooOptunaSweeperConfig
-
-            return _typed_setting(ZooOptunaSweeperConfig, key.removeprefix("hydra.sweeper."))
+        # Hydra's own settings (hydra.job.chdir) have their schema too, and the sweeper's (the zoo's Optuna one or
+        # Hydra's basic one) and the population launcher's where the command line chooses them
+        if key.startswith("hydra.sweeper."):
+            return _typed_setting(_sweeper_schema(_chosen_sweeper(argv)), key.removeprefix("hydra.sweeper."))
         if key.startswith("hydra.launcher.") and _chooses_the_population_launcher(argv):
             from hydra_plugins.zoo_population_launcher.population_launcher import PopulationLauncherConf
 
@@ -102,15 +100,29 @@ def refuse_mistyped_values(argv: list, schema) -> None:
                 exit_with(UserError(f"{override.key_or_group} must be {takes}, got {got}."))
 
 
-def _chooses_the_zoos_optuna_sweeper(argv: list) -> bool:
-    """hparams_search=<option> (each chooses it) or hydra/sweeper=zoo_optuna, the last of them deciding."""
-    chosen = False
+def _sweeper_schema(name: str):
+    """The settings' dataclass of the sweeper `name` where the zoo knows it (its Optuna sweeper, Hydra's basic one)."""
+    if name == "zoo_optuna":
+        from zoo.sweeps.config import ZooOptunaSweeperConfig
+
+        return ZooOptunaSweeperConfig
+    if name == "basic":
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeperConf
+
+        return BasicSweeperConf
+    return None
+
+
+def _chosen_sweeper(argv: list) -> str:
+    """The sweeper's name: hparams_search=<option> chooses zoo_optuna, hydra/sweeper=NAME its own, the last of them
+    deciding; basic (Hydra's default, as conf/train.yaml leaves it) where neither is given."""
+    chosen = "basic"
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key.lstrip("+") == "hparams_search":
-            chosen = value.strip().lower() not in ("", "null") or chosen
+        if key.lstrip("+") == "hparams_search" and value.strip().lower() not in ("", "null"):
+            chosen = "zoo_optuna"
         elif key.lstrip("+") == "hydra/sweeper":
-            chosen = value.strip() == "zoo_optuna"
+            chosen = value.strip()
     return chosen
 
 
