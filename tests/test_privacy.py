@@ -376,8 +376,7 @@ def test_parallel_modes_equal_one_device(make_cfg, mode):
     for got, want in zip(jax.tree.leaves(parallel["state"].params), jax.tree.leaves(single["state"].params)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert parallel["train"]["count"] == single["train"]["count"]
-    for key in ("epsilon", "noise_multiplier", "q", "steps"):  # rows may differ: they split across devices
-        assert parallel["privacy"][key] == single["privacy"][key]
+    assert parallel["privacy"] == single["privacy"]  # the truncation too: only the padding splits across devices
 
 
 def test_resumed_dp_run_is_bitwise_identical_to_uninterrupted(make_cfg, monkeypatch):
@@ -400,6 +399,34 @@ def test_resumed_dp_run_is_bitwise_identical_to_uninterrupted(make_cfg, monkeypa
     assert resumed["start_step"] == 5
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(whole["state"]), jax.tree.leaves(resumed["state"])))
     assert whole["privacy"] == resumed["privacy"] and whole["test"] == resumed["test"]
+
+
+@pytest.mark.parametrize("first, then", [(["parallel=sharded", "parallel.cpu_devices=3"], ["parallel=none"]),
+                                         (["parallel=none"], ["parallel=sharded", "parallel.cpu_devices=3"])],
+                         ids=["3-devices-then-1", "1-device-then-3"])
+def test_a_dp_run_resumed_on_another_device_count_records_the_truncation_its_steps_had(make_cfg, monkeypatch,
+                                                                                      first, then):
+    """The rows a Poisson sample is truncated at were rounded up to a multiple of the device count: 45 on 3 devices,
+    44 on one. Resumed on the other count, the record named the last rows and their overflow probability alone, below
+    the one the first steps had (1 device, then 3). The truncation no longer depends on the devices."""
+    common = ["debug=smoke", *DP, *MODELS["linear-diabetes"], "trainer.max_steps=12", "trainer.checkpoint_every=3",
+              "trainer.log_every=1"]
+    whole = {"first": train(make_cfg(*common, *first, out="first")), "then": train(make_cfg(*common, *then,
+                                                                                             out="then"))}
+
+    def sigterm_at_step_6(self, step, *args):
+        if step == 6:
+            signal.raise_signal(signal.SIGTERM)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RunLogger, "progress", sigterm_at_step_6)
+        with pytest.raises(Preempted):
+            train(make_cfg(*common, *first, out="resumed"))
+    resumed = train(make_cfg(*common, *then, out="resumed"))
+    assert resumed["start_step"] == 6
+    assert resumed["privacy"] == whole["first"]["privacy"] == whole["then"]["privacy"]
+    for got, want in zip(jax.tree.leaves(resumed["state"].params), jax.tree.leaves(whole["first"]["state"].params)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("overrides,message", [

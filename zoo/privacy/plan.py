@@ -28,7 +28,7 @@ class PrivacyPlan:
     delta: float  # the run's total delta: accountant_delta + the overflow term
     accountant_delta: float
     overflow_probability: float  # that any step sampled more than `rows` examples
-    rows: int  # fixed batch rows; sampled examples first, then padding with mask 0
+    rows: int  # a sample is truncated at these rows; padded with mask 0 to them (and to split across devices)
     total_steps: int
     planned_steps: int  # from trainer.epochs / max_steps; more than total_steps when the budget stops the run
     target_epsilon: Optional[float]
@@ -102,7 +102,7 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
                     "guarantee (epsilon is unbounded; results.json records it as null).")
     # Truncation adds (1 + e^eps) p to delta (zoo.privacy.sampling); rows keep that within OVERFLOW_SHARE of it.
     charge = 1 + math.exp(eps) if eps <= MEANINGLESS_EPSILON else 1.0
-    rows, overflow = max_batch_size(n, q, total_steps, OVERFLOW_SHARE * delta / charge, num_devices)
+    rows, overflow = max_batch_size(n, q, total_steps, OVERFLOW_SHARE * delta / charge)
     if eps > MEANINGLESS_EPSILON:  # the term is not within delta's share: delta is reported with it
         delta = min(1.0, accountant_delta + (1 + math.exp(min(eps, 700.0))) * overflow)
         if sigma > 0:
@@ -122,7 +122,7 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
                f"{delta:.3g} after {total_steps} steps; batches of {rows} rows (expected {batch_size} examples)")
     return PrivacyPlan(q, float(sigma), float(p.l2_clip), delta, accountant_delta, overflow, rows, total_steps,
                        planned_steps, p.target_epsilon, p.accountant,
-                       PoissonStream(train_split, batch_size, cfg.seed, rows), summary)
+                       PoissonStream(train_split, batch_size, cfg.seed, rows, num_devices), summary)
 
 
 def default_delta(n: int) -> float:

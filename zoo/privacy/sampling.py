@@ -16,15 +16,15 @@ from zoo.data.pipeline import PADDING_STEP, IndexedStream
 SAMPLING_STREAM = 0x5A3D  # seeds (seed, stream, step): apart from the epoch shuffles seeded (seed, epoch)
 
 
-def max_batch_size(n: int, q: float, steps: int, overflow_probability: float, multiple: int = 1) -> tuple:
-    """(rows, p): the fewest rows, a multiple of `multiple`, that `steps` Poisson samples overflow with probability
-    p <= overflow_probability. Counted for n + 1 examples: the neighbouring dataset may hold one more."""
+def max_batch_size(n: int, q: float, steps: int, overflow_probability: float) -> tuple:
+    """(rows, p): the fewest rows that `steps` Poisson samples overflow with probability p <= overflow_probability.
+    Counted for n + 1 examples: the neighbouring dataset may hold one more. They do not depend on the devices (a
+    batch is padded to split across them), so a run resumed on another number truncates its samples alike."""
     from scipy import stats  # ~0.5 s to import: private runs only
 
     # the smallest k with P(count > k) within the share; binom.isf returns n below ~1e-17 (a small privacy.delta)
     tail = stats.binom.sf(np.arange(n + 2), n + 1, q)
     rows = int(np.argmax(tail <= overflow_probability / max(steps, 1)))
-    rows = min(-(-rows // multiple) * multiple, -(-(n + 1) // multiple) * multiple)
     return rows, float(min(1.0, steps * stats.binom.sf(rows, n + 1, q)))
 
 
@@ -45,11 +45,13 @@ class PoissonStream(IndexedStream):
 
     The sample of a step depends on (seed, step) alone, so a resumed run draws the same batches.
     `batch_size` is the expected number of examples per step; `steps_per_epoch` = N // batch_size steps
-    see each example once in expectation.
+    see each example once in expectation. A sample is truncated at `rows`; a batch has `rows` rounded up to a
+    multiple of `devices` (padding), so that it splits across them.
     """
 
-    def __init__(self, split, batch_size: int, seed: int, rows: int):
+    def __init__(self, split, batch_size: int, seed: int, rows: int, devices: int = 1):
         self.split, self.batch_size, self.seed, self.rows = split, batch_size, seed, rows
+        self.width = -(-rows // devices) * devices
         self.q = batch_size / len(split)
         self.steps_per_epoch = len(split) // batch_size
 
@@ -59,10 +61,10 @@ class PoissonStream(IndexedStream):
         return np.flatnonzero(rng.random(len(self.split)) < self.q)[:self.rows]
 
     def indices(self, step: int, k: int, pad_to: int | None = None) -> tuple:
-        """Example indices (k, rows) and mask (k, rows) of steps [step, step + k); `pad_to` appends
+        """Example indices (k, width) and mask (k, width) of steps [step, step + k); `pad_to` appends
         padding steps up to that many, as TrainStream.indices does. A step that sampled no example is not padding:
         its mask is all 0, and it runs."""
-        idx = np.zeros((max(pad_to or k, k), self.rows), np.int32)
+        idx = np.zeros((max(pad_to or k, k), self.width), np.int32)
         mask = np.full(idx.shape, PADDING_STEP, np.float32)
         mask[:k] = 0.0
         for i in range(k):
