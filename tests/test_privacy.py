@@ -647,3 +647,24 @@ def test_the_default_delta_is_well_below_one_over_n(make_cfg, caplog, n, delta):
     plan = plan_privacy(cfg, np.arange(n), 100, 1)  # only its length and indices are read
     assert plan.delta == pytest.approx(delta, rel=1e-12) and plan.delta <= 0.1 / n
     assert "not below 1/n" not in caplog.text
+
+
+def test_the_rdp_accountant_does_not_report_an_epsilon_0_that_rounding_made(make_cfg):
+    """At noise ~1e6 and q ~1e-3 dp-accounting computes the RDP of some orders as negative (rounding) and then
+    returns epsilon 0 for the whole: `privacy.noise_multiplier=1e6 privacy.accountant=rdp privacy.delta=1e-12
+    trainer.batch_size=1` recorded epsilon 0 where pld gives 0.001. An epsilon 0 from its bound through the total
+    variation (below delta: the run is (0, delta)-DP) is the true answer, and stays."""
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    settings = ["debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=1e6", "trainer.batch_size=1"]
+    plan = plan_privacy(make_cfg(*settings, "privacy.accountant=rdp", "privacy.delta=1e-12"), np.arange(1437), 6, 1)
+    record = plan.record(6)
+    pld = plan_privacy(make_cfg(*settings, "privacy.delta=1e-12"), np.arange(1437), 6, 1).record(6)
+    assert record["epsilon"] > pld["epsilon"] > 0  # rdp is the looser bound
+    rdp = RdpAccountant().compose(dp_accounting.dp_event.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        record["q"], dp_accounting.GaussianDpEvent(1e6)), 6))
+    kept = rdp.rdp >= 0
+    assert not kept.all()
+    assert record["epsilon"] == compute_epsilon(rdp.orders[kept], rdp.rdp[kept], record["accountant_delta"])[0]
+    plan = plan_privacy(make_cfg(*settings, "privacy.accountant=rdp"), np.arange(1437), 6, 1)
+    assert plan.record(6)["epsilon"] == 0.0 and 1 - math.exp(-rdp.rdp[rdp.orders == 2][0]) < plan.accountant_delta ** 2
