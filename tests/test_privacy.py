@@ -433,6 +433,8 @@ def test_a_dp_run_resumed_on_another_device_count_records_the_truncation_its_ste
     (["model=cnn", *DP], "set model.batch_norm=false"),
     (["privacy=dpsgd"], "needs privacy.target_epsilon"),
     ([*DP, "privacy.l2_clip=0"], "privacy.l2_clip must be a positive finite number"),
+    ([*DP, "privacy.l2_clip=1e-39"], "privacy.l2_clip=1e-39 is below float32's smallest normal number, 1.18e-38, "
+                                     "which the step computes as 0; raise privacy.l2_clip."),
     ([*DP, "privacy.delta=1.5"], "privacy.delta must be in (0, 1)"),
     ([*DP, "privacy.accountant=moments"], "privacy.accountant must be one of"),
     ([*DP, "privacy.noise_multiplier=0.01"], "privacy.noise_multiplier=0.01 is below 0.3, where the guarantee "
@@ -440,7 +442,8 @@ def test_a_dp_run_resumed_on_another_device_count_records_the_truncation_its_ste
     (["privacy=dpsgd", "privacy.noise_multiplier=1e200"], "privacy.noise_multiplier=1e+200 is above 1e+06"),
     (["privacy=dpsgd", "privacy.noise_multiplier=1", "privacy.l2_clip=1e300"],
      "privacy.noise_multiplier * privacy.l2_clip = 1e+300 is a noise std beyond float32"),
-], ids=["batch-norm", "no-noise-or-target", "clip", "delta", "accountant", "tiny-noise", "huge-noise", "huge-std"])
+], ids=["batch-norm", "no-noise-or-target", "clip", "tiny-clip", "delta", "accountant", "tiny-noise", "huge-noise",
+        "huge-std"])
 def test_bad_privacy_settings_are_one_sentence(make_cfg, overrides, message):
     with pytest.raises(UserError, match=re.escape(message)):
         train(make_cfg("debug=smoke", *overrides))

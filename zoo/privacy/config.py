@@ -14,6 +14,9 @@ MIN_NOISE_MULTIPLIER = 0.3
 # overflows (OverflowError) and from ~1e10 its RDP orders fail to converge.
 MAX_NOISE_MULTIPLIER = 1e6
 FLOAT32_MAX = 3.4028234663852886e38  # the noise std is a float32 in the step: beyond it the noise is inf
+# l2_clip is a float32 in the step too: below its smallest normal number it is 0 (denormals flush to zero), and
+# padding rows' scale l2_clip / |0| is then nan, hence every update
+FLOAT32_TINY = 1.1754943508222875e-38
 # Null unless DP-SGD is asked for: set under privacy=none, they would train without privacy and say nothing.
 DPSGD_ONLY = ("target_epsilon", "noise_multiplier", "delta")
 
@@ -48,6 +51,9 @@ def validate_privacy(cfg, new_run: bool = True) -> None:
         raise UserError(f"privacy.accountant must be one of {ACCOUNTANT_NAMES}, got {p.accountant!r}.")
     if not is_positive_finite(p.l2_clip):  # unbounded gradients: no noise makes them private
         raise UserError(f"privacy.l2_clip must be a positive finite number, got {p.l2_clip!r}.")
+    if p.l2_clip < FLOAT32_TINY:
+        raise UserError(f"privacy.l2_clip={p.l2_clip:g} is below float32's smallest normal number, "
+                        f"{FLOAT32_TINY:.3g}, which the step computes as 0; raise privacy.l2_clip.")
     if p.noise_multiplier is None and p.target_epsilon is None:
         raise UserError("privacy=dpsgd needs privacy.target_epsilon (the noise is then solved for the run) or "
                         "privacy.noise_multiplier; set one of them.")
