@@ -406,3 +406,14 @@ def test_a_catalog_dataset_without_image_and_label_is_named_so_not_damaged(make_
         with pytest.raises(UserError, match=r"^dataset=mnist \(dataset\.tfds_name=imdb_reviews\) has the features "
                                             r"\['label', 'text'\], not the 'image' and 'label' .*mnist"):
             load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
+def test_a_catalog_dataset_whose_images_differ_in_shape_is_named_so_not_damaged(make_cfg):
+    # it was "damaged (all input arrays must have the same shape); delete that directory", which deletes a good
+    # prepared copy for nothing: a download meets the same images
+    cfg = make_cfg("dataset=mnist", "dataset.tfds_name=tf_flowers", "dataset.num_classes=5")
+    with tfds.testing.mock_data(num_examples=4):
+        with pytest.raises(UserError, match=r"^dataset=mnist \(dataset\.tfds_name=tf_flowers\) has images of varying "
+                                            r"shape \(None, None, 3\), which .* one shape \(e\.g\. mnist, "):
+            load_dataset(cfg.dataset, cfg.paths.data_dir)
+

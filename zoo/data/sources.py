@@ -297,12 +297,18 @@ def _decode(source, x_key: str, y_key: str, batch: int = 8192):
 
 
 def _refuse_other_features(cfg, info, keys) -> None:
-    """A catalog dataset that is not an image classification set lacks the features read: that is no damage."""
+    """A catalog dataset that is not an image classification set lacks the features read, or holds images of
+    several sizes (tf_flowers): that is no damage."""
     names = sorted(info.features.keys()) if info.features is not None else None
     if names is not None and not set(keys) <= set(names):
         raise UserError(f"{_catalog_name(cfg)} has the features {names}, not the {keys[0]!r} and {keys[1]!r} the zoo "
                         "reads from a catalog dataset; pick an image classification dataset (e.g. mnist, "
                         "fashion_mnist, cifar10).")
+    shape = getattr(info.features[keys[0]], "shape", None) if names is not None else None
+    if shape is not None and None in shape:  # np.stack would fail on the first two that differ: no damage either
+        raise UserError(f"{_catalog_name(cfg)} has {keys[0]}s of varying shape {tuple(shape)}, which the zoo cannot "
+                        "stack into one array; pick an image classification dataset whose images share one shape "
+                        "(e.g. mnist, fashion_mnist, cifar10).")
 
 
 def _read_arrays(sources, keys, expected) -> dict:
