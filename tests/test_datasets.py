@@ -417,3 +417,36 @@ def test_a_catalog_dataset_whose_images_differ_in_shape_is_named_so_not_damaged(
                                             r"shape \(None, None, 3\), which .* one shape \(e\.g\. mnist, "):
             load_dataset(cfg.dataset, cfg.paths.data_dir)
 
+
+class ZooTestTrainOnly(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    """A catalog-like dataset prepared with a train split alone (as eurosat, tf_flowers, cats_vs_dogs are)."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        features = {"image": tfds.features.Tensor(shape=(2, 2, 1), dtype=np.uint8),
+                    "label": tfds.features.ClassLabel(num_classes=2)}
+        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(features))
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        for i in range(4):
+            yield i, {"image": np.full((2, 2, 1), i, np.uint8), "label": i % 2}
+
+
+@pytest.mark.parametrize("registered", [True, False], ids=["catalog-builder", "prepared-copy-alone"])
+def test_a_prepared_catalog_dataset_without_a_test_split_names_its_splits(make_cfg, tmp_path, monkeypatch,
+                                                                          registered):
+    # it said the dataset was not prepared and could not be downloaded (offline), or that it was neither prepared
+    # nor a catalog dataset (a copy whose builder this TFDS lacks)
+    ZooTestTrainOnly(data_dir=str(tmp_path / "data"), file_format="array_record").download_and_prepare()
+    if registered:
+        monkeypatch.setattr(tfds, "builder_cls", lambda name: ZooTestTrainOnly)
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    cfg = make_cfg("dataset=mnist", "dataset.tfds_name=zoo_test_train_only", f"paths.data_dir={tmp_path / 'data'}")
+    with pytest.raises(UserError, match=r"^dataset=mnist \(dataset\.tfds_name=zoo_test_train_only\) in paths\.data_dir"
+                                        r"=\S+ has the splits \['train'\], not the 'test' split the zoo reads "
+                                        r"besides train; pick .*mnist"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)

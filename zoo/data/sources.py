@@ -207,11 +207,12 @@ def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
 
 def _refuse_a_copy_that_cannot_be_read(cfg, data_dir: str) -> None:
     """A copy prepared the usual TFDS way (`tfds.load`, `tfds build`) is tfrecord: it exists, but cannot be
-    read record by record; a copy whose dataset_info.json is garbled cannot be opened at all. Downloading again
-    would only meet either."""
+    read record by record; a copy whose dataset_info.json is garbled cannot be opened at all; a dataset without
+    a train or test split (eurosat, tf_flowers) has no split to read. Downloading again would only meet any of them."""
     try:
         builder = tfds.builder(cfg.tfds_name, data_dir=data_dir)
         prepared, file_format = builder.is_prepared(), builder.info.file_format
+        splits = sorted(builder.info.splits.keys()) if prepared else []
     except json_format.ParseError:
         raise _unreadable_info(cfg, os.path.join(data_dir, _prepared_dir(cfg.tfds_name))) from None
     except Exception:  # noqa: BLE001 — nothing readable there: the download decides
@@ -224,6 +225,13 @@ def _refuse_a_copy_that_cannot_be_read(cfg, data_dir: str) -> None:
                         "which cannot be read record by record; prepare it again with builder_kwargs="
                         f"{RANDOM_ACCESS} (or delete {os.path.join(data_dir, _prepared_dir(cfg.tfds_name))}), or set "
                         "paths.data_dir to another directory.")
+    missing = [s for s in SPLITS if s not in splits]
+    if prepared and splits and missing:  # (no splits at all: its dataset_info.json lacks them, a damage named later)
+        wanted = " and ".join(repr(s) for s in missing) + (" splits" if len(missing) > 1 else " split")
+        besides = "".join(f" besides {s}" for s in SPLITS if s not in missing)
+        raise UserError(f"{_catalog_name(cfg)} in paths.data_dir={data_dir} has the splits {splits}, not the "
+                        f"{wanted} the zoo reads{besides}; pick an image classification dataset with train and test "
+                        "splits (e.g. mnist, fashion_mnist, cifar10).")
 
 
 def _refuse_offline_when_another_version_is_prepared(cfg, data_dir: str) -> None:
