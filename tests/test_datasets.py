@@ -450,3 +450,16 @@ def test_a_prepared_catalog_dataset_without_a_test_split_names_its_splits(make_c
                                         r"=\S+ has the splits \['train'\], not the 'test' split the zoo reads "
                                         r"besides train; pick .*mnist"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
+@pytest.mark.parametrize("name,prepared", [("mnist", "mnist"), ("mnist:3.0.1", "mnist/3.0.1"),
+                                           ("emnist/letters", "emnist/letters")])
+def test_the_offline_refusal_names_where_the_copy_goes_for_a_version_or_config(make_cfg, tmp_path, monkeypatch, name,
+                                                                               prepared):
+    # "copy DIR/mnist/3.0.1 into paths.data_dir" made paths.data_dir/3.0.1, where TFDS does not look
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    data_dir = tmp_path / "data"
+    cfg = make_cfg("dataset=mnist", f"dataset.tfds_name={name}", f"paths.data_dir={data_dir}")
+    where = re.escape(str(data_dir / prepared))
+    with pytest.raises(UserError, match=rf"copy DIR/{re.escape(prepared)} to {where}, or "):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)

@@ -195,14 +195,20 @@ def _refuse_an_embedded_name_from_the_catalog(cfg) -> None:
                         f"which are made on this machine, never downloaded; set {plain}dataset.embedded=true.")
 
 
+def _copy_to(data_dir: str, tfds_name: str) -> str:
+    """Where a copy prepared elsewhere goes: the version's (or config's) directory itself, not into data_dir, which
+    would leave data_dir/3.0.1 for mnist:3.0.1, where TFDS does not look."""
+    return os.path.join(data_dir, _prepared_dir(tfds_name))
+
+
 def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
     return UserError(
         f"{_catalog_name(cfg)} is not prepared in paths.data_dir={data_dir} and could not be downloaded "
         f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'no detail'}); on a machine "
         f"with internet and TensorFlow run `python -c \"import tensorflow_datasets as tfds; "
         f"tfds.data_source('{cfg.tfds_name}', data_dir='DIR', builder_kwargs={RANDOM_ACCESS})\"`, copy "
-        f"DIR/{_prepared_dir(cfg.tfds_name)} into paths.data_dir, or pick an embedded dataset (dataset=digits|diabetes|"
-        "synthetic_linear).")
+        f"DIR/{_prepared_dir(cfg.tfds_name)} to {_copy_to(data_dir, cfg.tfds_name)}, or pick an embedded dataset "
+        "(dataset=digits|diabetes|synthetic_linear).")
 
 
 def _refuse_a_copy_that_cannot_be_read(cfg, data_dir: str) -> None:
@@ -282,8 +288,8 @@ def _open_catalog(cfg, data_dir: str):
             raise _catalog_error(cfg, data_dir, e) from None
         raise UserError(f"preparing dataset={cfg.name} runs TFDS's own {cfg.tfds_name} builder, which reads the "
                         "downloaded files with TensorFlow: `pip install tensorflow-cpu` once to prepare it (reading "
-                        f"the prepared copy does not need it), or copy {cfg.tfds_name}/ prepared as array_record "
-                        f"elsewhere into paths.data_dir={data_dir}.") from None
+                        f"the prepared copy does not need it), or copy {_prepared_dir(cfg.tfds_name)}/ prepared as "
+                        f"array_record elsewhere to {_copy_to(data_dir, cfg.tfds_name)}.") from None
     except Exception as e:  # tfds raises many types for "no network"
         raise _catalog_error(cfg, data_dir, e) from None
 
