@@ -463,3 +463,26 @@ def test_the_offline_refusal_names_where_the_copy_goes_for_a_version_or_config(m
     where = re.escape(str(data_dir / prepared))
     with pytest.raises(UserError, match=rf"copy DIR/{re.escape(prepared)} to {where}, or "):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
+@pytest.mark.parametrize("name,refusal", [
+    ("emnist/leters", r"dataset\.tfds_name=emnist/leters names no config of the catalog dataset emnist that this TFDS "
+                      r"knows \(byclass, .*letters.*\); check its spelling\.$"),
+    ("emnist/leters:3.1.0", r"dataset\.tfds_name=emnist/leters:3\.1\.0 names no config of the catalog dataset emnist "),
+    ("mnist/letters", r"dataset\.tfds_name=mnist/letters names a config of the catalog dataset mnist, which has none; "
+                      r"set dataset\.tfds_name=mnist\.$"),
+    ("mnsit:3.0.1", r"dataset\.tfds_name=mnsit:3\.0\.1 is neither prepared in paths\.data_dir=\S+ nor a TFDS catalog "
+                    r"dataset; check its spelling"),
+    # a community dataset's namespace is no dataset name: the download decides, as for any name TFDS knows
+    ("huggingface:mnist/mnist", r"(?!.*check its spelling)"),
+])
+@pytest.mark.parametrize("online", [True, False], ids=["online", "offline"])
+def test_a_misspelt_catalog_config_or_name_with_a_version_is_named_not_sent_to_download(make_cfg, tmp_path,
+                                                                                       monkeypatch, name, refusal,
+                                                                                       online):
+    # offline it said to run tfds.data_source(NAME) on a machine with internet, which fails there as here; online
+    # the download's failure was cut at 200 characters in a sentence saying the dataset could not be downloaded
+    monkeypatch.setattr(sources, "_network_reachable", lambda: online)
+    cfg = make_cfg("dataset=mnist", f"dataset.tfds_name={name}", f"paths.data_dir={tmp_path / 'data'}")
+    with pytest.raises(UserError, match=f"^{refusal}"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)

@@ -259,6 +259,23 @@ def _refuse_offline_when_another_version_is_prepared(cfg, data_dir: str) -> None
                         f"({_offline()}); set dataset.tfds_name={cfg.tfds_name}:{versions[-1]} to read that copy.")
 
 
+def _refuse_an_unknown_config(cfg, builder, name, kwargs: dict) -> None:
+    """A config this TFDS's builder lacks (emnist/leters) was sent to a download elsewhere, which fails there as
+    here (online, TFDS's refusal was cut short in a sentence saying the download failed)."""
+    config, version = kwargs.get("config"), kwargs.get("version")
+    if builder is None or not config:
+        return
+    configs = [c.name for c in builder.BUILDER_CONFIGS or []]
+    if config in configs:
+        return
+    if not configs:
+        raise UserError(f"dataset.tfds_name={cfg.tfds_name} names a config of the catalog dataset {name}, which has "
+                        f"none; set dataset.tfds_name={name}{':' + version if version else ''}.")
+    listed = ", ".join(configs[:12]) + (", ..." if len(configs) > 12 else "")
+    raise UserError(f"dataset.tfds_name={cfg.tfds_name} names no config of the catalog dataset {name} that this TFDS "
+                    f"knows ({listed}); check its spelling.")
+
+
 def _open_catalog(cfg, data_dir: str):
     """Prepared data first (no network needed); download only when it is missing."""
     try:
@@ -267,13 +284,17 @@ def _open_catalog(cfg, data_dir: str):
     except Exception:  # not prepared (tfds raises several types); try to download below
         pass
     _refuse_a_copy_that_cannot_be_read(cfg, data_dir)
-    try:
-        tfds.builder_cls(cfg.tfds_name)
+    builder, name, kwargs = None, None, {}
+    try:  # by its name alone: builder_cls refuses one with a version or config (mnsit:3.0.1 went to the download)
+        name, kwargs = tfds.core.naming.parse_builder_name_kwargs(cfg.tfds_name)
+        if not name.namespace:  # a community dataset's (huggingface:mnist) is looked up by the download
+            builder = tfds.builder_cls(name.name)
     except tfds.core.registered.DatasetNotFoundError:
         raise UserError(f"dataset.tfds_name={cfg.tfds_name} is neither prepared in paths.data_dir={data_dir} nor a "
                         "TFDS catalog dataset; check its spelling (e.g. mnist, cifar10, fashion_mnist).") from None
-    except Exception:  # noqa: BLE001 — a name with a version or config (mnist:3.*.*): the download decides
+    except Exception:  # noqa: BLE001 — the download decides
         pass
+    _refuse_an_unknown_config(cfg, builder, name, kwargs)
     if not _network_reachable():
         _refuse_offline_when_another_version_is_prepared(cfg, data_dir)
         raise _catalog_error(cfg, data_dir, ConnectionError(_offline()))
