@@ -486,3 +486,21 @@ def test_a_misspelt_catalog_config_or_name_with_a_version_is_named_not_sent_to_d
     cfg = make_cfg("dataset=mnist", f"dataset.tfds_name={name}", f"paths.data_dir={tmp_path / 'data'}")
     with pytest.raises(UserError, match=f"^{refusal}"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
+def test_a_catalog_dataset_downloaded_without_a_test_split_names_its_splits(make_cfg, tmp_path, monkeypatch):
+    # the download prepared it, then reading its splits failed: it said the dataset could not be downloaded
+    data_source = tfds.data_source
+
+    def download(name, *, download, data_dir, **kwargs):
+        if download:
+            ZooTestTrainOnly(data_dir=data_dir, file_format="array_record").download_and_prepare()
+        return data_source(name, download=download, data_dir=data_dir, **kwargs)
+
+    monkeypatch.setattr(tfds, "data_source", download)
+    monkeypatch.setattr(tfds, "builder_cls", lambda name: ZooTestTrainOnly)
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    cfg = make_cfg("dataset=mnist", "dataset.tfds_name=zoo_test_train_only", f"paths.data_dir={tmp_path / 'data'}")
+    with pytest.raises(UserError, match=r"^dataset=mnist \(dataset\.tfds_name=zoo_test_train_only\) in paths\.data_dir"
+                                        r"=\S+ has the splits \['train'\], not the 'test' split the zoo reads"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)

@@ -312,6 +312,7 @@ def _open_catalog(cfg, data_dir: str):
                         f"the prepared copy does not need it), or copy {_prepared_dir(cfg.tfds_name)}/ prepared as "
                         f"array_record elsewhere to {_copy_to(data_dir, cfg.tfds_name)}.") from None
     except Exception as e:  # tfds raises many types for "no network"
+        _refuse_a_copy_that_cannot_be_read(cfg, data_dir)  # downloaded and prepared, but not as the zoo reads it
         raise _catalog_error(cfg, data_dir, e) from None
 
 
