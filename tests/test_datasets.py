@@ -10,7 +10,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from zoo.checkpoint import Checkpoints
-from zoo.data import load_dataset, read_splits, sources
+from zoo.data import load_dataset, pipeline, read_splits, sources
 from zoo.errors import UserError
 from zoo.train import train
 
@@ -504,3 +504,23 @@ def test_a_catalog_dataset_downloaded_without_a_test_split_names_its_splits(make
     with pytest.raises(UserError, match=r"^dataset=mnist \(dataset\.tfds_name=zoo_test_train_only\) in paths\.data_dir"
                                         r"=\S+ has the splits \['train'\], not the 'test' split the zoo reads"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
+@pytest.mark.parametrize("where", ["reading", "normalising"])
+def test_a_catalog_dataset_larger_than_memory_is_named_so_not_damaged(make_cfg, monkeypatch, where):
+    # reading it said "damaged (MemoryError); delete that directory", which deletes a good prepared copy that took
+    # its download to make; normalising it ended in numpy's _ArrayMemoryError traceback
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 36.2 GiB for an array with shape (327680, 96, 96, 3) and data type "
+                          "float32")
+
+    if where == "reading":
+        monkeypatch.setattr(sources, "_decode", out_of_memory)
+    else:
+        monkeypatch.setattr(pipeline, "_normalizer", out_of_memory)
+    cfg = make_cfg("dataset=mnist", "dataset.tfds_name=patch_camelyon", "dataset.num_classes=2")
+    with tfds.testing.mock_data(num_examples=4):
+        with pytest.raises(UserError, match=r"^dataset=mnist \(dataset\.tfds_name=patch_camelyon\) does not fit in "
+                                            r"this machine's memory \(.*\); free some memory or pick a smaller "
+                                            r"dataset\.$"):
+            load_dataset(cfg.dataset, cfg.paths.data_dir)

@@ -67,13 +67,13 @@ def _prepare_embedded(cfg, data_dir: str):
         raise UserError(f"dataset.tfds_name={cfg.tfds_name} is not an embedded dataset ({names}); set "
                         "dataset.embedded=false to read a TFDS catalog dataset.")
     if cfg.tfds_name == "zoo_synthetic_linear" and cfg.num_examples * cfg.num_features > np.iinfo(np.intp).max // 8:
-        raise _too_big(cfg)  # numpy could not even describe the array (ValueError), let alone allocate it
+        raise too_big(cfg)  # numpy could not even describe the array (ValueError), let alone allocate it
     builder = _open_embedded(cfg, data_dir)
     if not builder.is_prepared():
         try:  # makes the examples, all in memory, before anything is written
             _refuse_an_empty_split(cfg, builder)
         except MemoryError:
-            raise _too_big(cfg) from None
+            raise too_big(cfg) from None
         _refuse_targets_beyond_float32(cfg, builder)
     try:
         os.makedirs(data_dir, exist_ok=True)
@@ -85,7 +85,7 @@ def _prepare_embedded(cfg, data_dir: str):
         raise UserError(f"paths.data_dir={data_dir} is not writable ({e.strerror or e}); set paths.data_dir "
                         "to a directory you can write.") from None
     except MemoryError:  # TFDS's writer keeps an unfinished preparation in a directory no run reads
-        raise _too_big(cfg) from None
+        raise too_big(cfg) from None
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while preparing dataset={cfg.name} in paths.data_dir={data_dir}; nothing "
                           "half-written was kept and the next run prepares it again.") from None
@@ -96,7 +96,10 @@ def _prepare_embedded(cfg, data_dir: str):
     return builder
 
 
-def _too_big(cfg) -> UserError:
+def too_big(cfg) -> UserError:
+    if not cfg.embedded:  # its inputs decoded as float32 take 4x the prepared copy (uint8 images)
+        return UserError(f"{_catalog_name(cfg)} does not fit in this machine's memory (the zoo holds every split in it "
+                         "as float32 arrays); free some memory or pick a smaller dataset.")
     if cfg.tfds_name != "zoo_synthetic_linear":
         return UserError(f"dataset={cfg.name} does not fit in this machine's memory; free some memory and run again.")
     gib = cfg.num_examples * cfg.num_features * 8 / 2**30  # generated as float64 before the float32 copy
@@ -402,6 +405,8 @@ def read_splits(cfg, data_dir: str) -> dict:
         arrays = _read_arrays(sources, keys, expected)
     except UserError:
         raise
+    except MemoryError:  # no damage: deleting the copy, as a damaged one is told to, would only lose it
+        raise too_big(cfg) from None
     except Exception as e:
         first_line = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
         raise _damaged(cfg, where, first_line) from None
