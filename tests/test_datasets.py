@@ -524,3 +524,24 @@ def test_a_catalog_dataset_larger_than_memory_is_named_so_not_damaged(make_cfg, 
                                             r"this machine's memory \(.*\); free some memory or pick a smaller "
                                             r"dataset\.$"):
             load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
+@pytest.mark.parametrize("dataset", ["digits", "mnist"])
+@pytest.mark.parametrize("from_env", [True, False], ids=["TFDS_DATA_DIR", "set"])
+def test_a_data_dir_that_is_a_url_is_named_as_such(make_cfg, tmp_path, monkeypatch, dataset, from_env):
+    # TFDS_DATA_DIR=gs://bucket/tensorflow_datasets (as on a Cloud TPU VM) ended in an ImportError traceback
+    # (`Please install gcsfs`) for an embedded dataset, and told to copy a catalog one "to gs://..."
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    url = "gs://bucket/tensorflow_datasets"
+    if from_env:
+        monkeypatch.setenv("TFDS_DATA_DIR", url)
+        cfg = make_cfg(f"dataset={dataset}", "paths.data_dir=${oc.env:TFDS_DATA_DIR}")
+    else:
+        cfg = make_cfg(f"dataset={dataset}", f"paths.data_dir={url}")
+    source = r" \(from TFDS_DATA_DIR\)" if from_env else ""
+    with pytest.raises(UserError, match=rf"^paths\.data_dir=gs://bucket/tensorflow_datasets{source} is a URL; the "
+                                        r"zoo prepares and reads datasets in a local directory: set paths\.data_dir "
+                                        r"to one"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+    assert not any(tmp_path.iterdir())  # no local gs:/ directory made

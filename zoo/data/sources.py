@@ -387,6 +387,11 @@ def read_splits(cfg, data_dir: str) -> dict:
     if not data_dir:  # TFDS would read the command's directory, and makedirs('') fails with "No such file"
         raise UserError("paths.data_dir is empty (as is TFDS_DATA_DIR when it is set but empty); set "
                         "paths.data_dir to the directory that holds (or is to hold) the prepared datasets.")
+    if "://" in data_dir:  # gs://, as TFDS_DATA_DIR often is on a Cloud TPU VM: TFDS needs gcsfs (else a traceback),
+        # and the zoo's own reads and writes (its decoded copy, its checks) are of local files
+        source = " (from TFDS_DATA_DIR)" if os.environ.get("TFDS_DATA_DIR") == data_dir else ""
+        raise UserError(f"paths.data_dir={data_dir}{source} is a URL; the zoo prepares and reads datasets in a local "
+                        "directory: set paths.data_dir to one (e.g. ~/tensorflow_datasets).")
     data_dir = launch_dir_path(data_dir)  # with hydra.job.chdir=true, still the user's
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):  # else "not writable (File exists)", or offline
         raise UserError(f"paths.data_dir={data_dir} is a file, not a directory; set paths.data_dir to a directory "
