@@ -545,3 +545,16 @@ def test_a_data_dir_that_is_a_url_is_named_as_such(make_cfg, tmp_path, monkeypat
                                         r"to one"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
     assert not any(tmp_path.iterdir())  # no local gs:/ directory made
+
+
+@pytest.mark.parametrize("name", ["fashion-mnist", "cifar-10", "mnist:"])
+@pytest.mark.parametrize("online", [True, False], ids=["online", "offline"])
+def test_a_catalog_name_tfds_cannot_parse_is_named_misspelt(make_cfg, tmp_path, monkeypatch, name, online):
+    # offline it said to run tfds.data_source('fashion-mnist') on a machine with internet, where TFDS refuses the name
+    monkeypatch.setattr(sources, "_network_reachable", lambda: online)
+    cfg = make_cfg("dataset=mnist", f"dataset.tfds_name={name}", f"paths.data_dir={tmp_path / 'data'}")
+    with pytest.raises(UserError, match=rf"^dataset\.tfds_name={re.escape(name)} is neither prepared in "
+                                        r"paths\.data_dir=\S+ nor a TFDS catalog dataset; check its spelling \(e\.g\. "
+                                        r"mnist, cifar10, "
+                                        r"fashion_mnist\)\.$"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)

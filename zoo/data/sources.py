@@ -287,14 +287,18 @@ def _open_catalog(cfg, data_dir: str):
     except Exception:  # not prepared (tfds raises several types); try to download below
         pass
     _refuse_a_copy_that_cannot_be_read(cfg, data_dir)
-    builder, name, kwargs = None, None, {}
-    try:  # by its name alone: builder_cls refuses one with a version or config (mnsit:3.0.1 went to the download)
+    misspelt = UserError(f"dataset.tfds_name={cfg.tfds_name} is neither prepared in paths.data_dir={data_dir} nor a "
+                         "TFDS catalog dataset; check its spelling (e.g. mnist, cifar10, fashion_mnist).")
+    try:  # fashion-mnist, mnist: — no name TFDS could download
         name, kwargs = tfds.core.naming.parse_builder_name_kwargs(cfg.tfds_name)
+    except ValueError:
+        raise misspelt from None
+    builder = None
+    try:  # by its name alone: builder_cls refuses one with a version or config (mnsit:3.0.1 went to the download)
         if not name.namespace:  # a community dataset's (huggingface:mnist) is looked up by the download
             builder = tfds.builder_cls(name.name)
     except tfds.core.registered.DatasetNotFoundError:
-        raise UserError(f"dataset.tfds_name={cfg.tfds_name} is neither prepared in paths.data_dir={data_dir} nor a "
-                        "TFDS catalog dataset; check its spelling (e.g. mnist, cifar10, fashion_mnist).") from None
+        raise misspelt from None
     except Exception:  # noqa: BLE001 — the download decides
         pass
     _refuse_an_unknown_config(cfg, builder, name, kwargs)
