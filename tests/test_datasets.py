@@ -453,7 +453,8 @@ def test_a_prepared_catalog_dataset_without_a_test_split_names_its_splits(make_c
 
 
 @pytest.mark.parametrize("name,prepared", [("mnist", "mnist"), ("mnist:3.0.1", "mnist/3.0.1"),
-                                           ("emnist/letters", "emnist/letters")])
+                                           ("emnist/letters", "emnist/letters"), ("mnist:3.*.*", "mnist"),
+                                           ("emnist/letters:3.*.*", "emnist/letters")])
 def test_the_offline_refusal_names_where_the_copy_goes_for_a_version_or_config(make_cfg, tmp_path, monkeypatch, name,
                                                                                prepared):
     # "copy DIR/mnist/3.0.1 into paths.data_dir" made paths.data_dir/3.0.1, where TFDS does not look

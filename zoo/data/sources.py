@@ -184,8 +184,10 @@ def _catalog_name(cfg) -> str:
 
 
 def _prepared_dir(tfds_name: str) -> str:
-    """Where TFDS prepares a dataset, under its data dir: 'mnist:3.0.1' goes to mnist/3.0.1."""
-    return tfds_name.replace(":", "/")
+    """Where TFDS prepares a dataset, under its data dir: 'mnist:3.0.1' goes to mnist/3.0.1; 'mnist:3.*.*' to the
+    version it matches, known once it is prepared: mnist/."""
+    name, _, version = tfds_name.partition(":")
+    return name if "*" in version else tfds_name.replace(":", "/")
 
 
 def _refuse_an_embedded_name_from_the_catalog(cfg) -> None:
