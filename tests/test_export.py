@@ -168,6 +168,11 @@ def test_predict_reads_npy_and_csv_and_writes_stdout_or_a_file(exported_run, tmp
     (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "x.csv").read_bytes())
     predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'bom.csv'}", "batch_size=3"))
     assert capsys.readouterr().out == printed
+    # a spreadsheet or csv.QUOTE_ALL writer quotes every field, numbers too
+    quoted = "\n".join(",".join(f'"{v}.0"' for v in row) for row in x.reshape(7, -1).astype(int)) + "\n"
+    (tmp_path / "quoted.csv").write_text(quoted)
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'quoted.csv'}", "batch_size=3"))
+    assert capsys.readouterr().out == printed
 
 
 def test_predict_names_output_when_a_directory_that_looked_writable_refuses_the_file(exported_run, tmp_path,
@@ -229,6 +234,10 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
     ("x.csv", ",".join(f"p{i}" for i in range(64)) + "\n" + "0," * 63 + "0\n",
      r"begins with a header line \(p0,p1,p2,p3,p4,p5,p6,p7,p8,p9,p10,p11,p1…\); predict\.py reads examples only, one "
      r"per line: remove that line \(pandas: to_csv\(\.\.\., header=False\)\)\.$"),
+    ("x.csv", ",".join(f'"p{i}"' for i in range(64)) + "\n" + '"0",' * 63 + '"0"\n',
+     r'begins with a header line \("p0","p1","p2","p3","p4","p5","p6","p7",…\); predict\.py reads examples '
+     r"only"),
+    ("x.csv", '"0,5";' * 63 + '"0"\n', r"separates its numbers with ';', not commas, and writes decimal commas"),
     ("x.csv", ",".join(map(str, range(64))) + "\n" + "0," * 63 + "0\n",
      r"begins with the line 0,1,\.\.\.,63: column numbers \(the header pandas' to_csv writes\), not an example; remove "
      r"that line \(pandas: to_csv\(\.\.\., header=False\)\)\.$"),
@@ -239,7 +248,8 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
         "npy-empty-file", "npy-text", "npy-tofile", "csv-columns", "csv-text", "csv-ragged", "csv-trailing-comma",
         "csv-semicolons",
         "csv-decimal-commas", "csv-spaces", "csv-tabs", "csv-empty",
-        "csv-header-names", "csv-header-numbers", "extension", "missing", "directory"])
+        "csv-header-names", "csv-quoted-header", "csv-quoted-decimal-commas", "csv-header-numbers", "extension",
+        "missing", "directory"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
                                                                       name, content, message):
     path, output = tmp_path / name, tmp_path / "p.csv"

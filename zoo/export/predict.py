@@ -140,11 +140,17 @@ def _expected(shape: tuple) -> str:
 
 
 def _numbers(line: str):
-    """The comma-separated numbers of one line of a .csv, or None where a field is not one."""
+    """The comma-separated numbers of one line of a .csv, or None where a field is not one. A field may be quoted
+    ("1.5"), as spreadsheets and csv.QUOTE_ALL write them: np.loadtxt reads it with quotechar='"'."""
     try:
-        return [float(field) for field in line.split(",")]
+        return [float(_unquoted(field)) for field in line.split(",")]
     except ValueError:
         return None
+
+
+def _unquoted(field: str) -> str:
+    field = field.strip()
+    return field[1:-1] if len(field) >= 2 and field[0] == field[-1] == '"' else field
 
 
 def _refuse_a_header_line(path: str, width: int) -> None:
@@ -216,7 +222,7 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
             with warnings.catch_warnings():  # an empty file is reported below, by its shape
                 warnings.simplefilter("ignore")
                 # utf-8-sig: a byte order mark (Excel's "CSV UTF-8" begins with one) is not part of the first number
-                x = np.loadtxt(path, delimiter=",", ndmin=2, encoding="utf-8-sig")
+                x = np.loadtxt(path, delimiter=",", ndmin=2, encoding="utf-8-sig", quotechar='"')
             if x.ndim == 2 and x.shape[1] == math.prod(shape):
                 x = x.reshape(-1, *shape)
             elif x.ndim == 2 and x.shape[1] == math.prod(shape) + 1 and len(x) > 1 and \
