@@ -10,8 +10,8 @@ with loading_libraries():  # imports first, without the garbage collector (see z
     import hydra
 
     from zoo.cli import main_with_one_line_ctrl_c, reader_ctrl_c, run_task
-    from zoo.command_line import (overrides_then_flags, refuse_bare_paths, refuse_mistyped_values, refuse_null_groups,
-                                  refuse_training_settings)
+    from zoo.command_line import (overrides_then_flags, quote_paths, refuse_bare_paths, refuse_mistyped_values,
+                                  refuse_null_groups, refuse_training_settings)
     from zoo.config import EvalConfig, register_configs
     from zoo.evaluate import evaluate
 
@@ -24,7 +24,7 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = overrides_then_flags(sys.argv[1:])
+    sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
     refuse_null_groups(sys.argv[1:])
     refuse_training_settings(sys.argv[1:], "eval.py", EvalConfig, takes=["dataset.tfds_name"])
     refuse_mistyped_values(sys.argv[1:], EvalConfig)

@@ -7,7 +7,7 @@ with loading_libraries():  # imports first, without the garbage collector (see z
     import hydra
 
     from zoo.cli import complete_despite_sigterm, main_with_one_line_ctrl_c, run_task
-    from zoo.command_line import (overrides_then_flags, refuse_mistyped_values, refuse_null_groups,
+    from zoo.command_line import (overrides_then_flags, quote_paths, refuse_mistyped_values, refuse_null_groups,
                                   refuse_resolve_without_run_dir, refuse_search_without_multirun)
     from zoo.config import TrainConfig, register_configs
     from zoo.population.launch import trains_populations
@@ -26,7 +26,7 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = overrides_then_flags(sys.argv[1:])
+    sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
     refuse_null_groups(sys.argv[1:])
     refuse_mistyped_values(sys.argv[1:], TrainConfig)
     refuse_search_without_multirun(sys.argv[1:])

@@ -727,3 +727,12 @@ def test_a_run_dir_and_predict_paths_beginning_with_tilde_are_under_home(data_di
     assert (tmp_path / "run" / "export" / "model.jax").is_file()
     assert len((tmp_path / "p.csv").read_text().splitlines()) == 4  # a header line and one line an example
     assert not (ROOT / "~").exists()
+
+
+def test_only_path_values_hydras_grammar_refuses_unquoted_are_quoted():
+    from zoo.command_line import quote_paths
+
+    given = ["run_dir=~/r", "+trainer.resume=~/runs/r", "input=digits (1).csv", "output=prédictions.csv",
+             "run_dir=a,b", "run_dir=${oc.env:RUNS}/r", "paths.data_dir=~/a,b", "seed=~1", "-cn", "eval"]
+    assert quote_paths(given) == ['run_dir="~/r"', '+trainer.resume="~/runs/r"', 'input="digits (1).csv"',
+                                  'output="prédictions.csv"', *given[4:]]

@@ -820,3 +820,19 @@ def test_predict_reads_and_writes_relative_paths_where_it_was_run_with_hydra_job
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len((tmp_path / "p.csv").read_text().splitlines()) == 4 and not (tmp_path / "new" / "p.csv").exists()
+
+
+def test_paths_hydras_grammar_reads_only_quoted_are_read_as_typed(exported_run, tmp_path, data_dir):
+    """zsh leaves `run_dir=~/r` as typed, and browsers save a second download as `digits (1).csv`: Hydra's grammar
+    refused both unquoted ('LexerNoViableAltException', "mismatched input '.' expecting <EOF>"), exit 1."""
+    run_dir, cfg = exported_run
+    shutil.copytree(run_dir, tmp_path / "run (1)", ignore=shutil.ignore_patterns("eval", "export"))
+    np.save(tmp_path / "données.npy", raw_inputs(cfg, 3))
+    home = dict(subprocess_env(data_dir), HOME=str(tmp_path))
+    for script, args in [("export.py", ["run_dir=~/run (1)", f"hydra.run.dir={tmp_path / 'x'}"]),
+                         ("predict.py", ["run_dir=~/run (1)", "input=~/données.npy", "output=~/p (1).csv"])]:
+        done = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=home, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert len((tmp_path / "p (1).csv").read_text().splitlines()) == 4
+    assert not (ROOT / "~").exists()

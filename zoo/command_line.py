@@ -182,6 +182,31 @@ def overrides_then_flags(argv: list) -> list:
     return argv if not topicless_info and (not at or at[-1] - at[0] + 1 == len(at)) else overrides + flags
 
 
+# the settings the zoo reads as paths of files or folders (zoo.cli.launch_dir_path: ~ is the home directory)
+PATH_SETTINGS = ("run_dir", "input", "output", "paths.data_dir", "trainer.resume")
+
+
+def quote_paths(argv: list) -> list:
+    """`argv` with the value of a path setting quoted where Hydra's grammar reads it only quoted: `run_dir=~/r` (as
+    zsh passes it, expanding ~ only at a word's start), `input=digits (1).csv`, a name with an accent. Hydra ended in
+    its grammar error, exit 1 ("mismatched input '.' expecting <EOF>"). A value that parses is left as it is (a sweep
+    `run_dir=a,b`, an interpolation), and one holding a double quote, a backslash or a comma, which quoting would
+    change."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, quoted = OverridesParser.create(), []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and not arg.startswith("-") and key.lstrip("+") in PATH_SETTINGS and value and \
+                not set(value) & set('"\\,'):
+            try:
+                parser.parse_overrides([arg])
+            except Exception:  # noqa: BLE001 — Hydra's grammar error: the same value quoted
+                arg = f'{key}="{value}"'
+        quoted.append(arg)
+    return quoted
+
+
 def refuse_resolve_without_run_dir(argv: list) -> None:
     """`python train.py --cfg job --resolve`: paths.output_dir is ${hydra:runtime.output_dir}, which Hydra sets only
     when the command runs, and OmegaConf's InterpolationValidationError traceback ended the command, exit 1."""
