@@ -836,3 +836,30 @@ def test_paths_hydras_grammar_reads_only_quoted_are_read_as_typed(exported_run, 
         assert done.returncode == 0, done.stderr[-2000:]
     assert len((tmp_path / "p (1).csv").read_text().splitlines()) == 4
     assert not (ROOT / "~").exists()
+
+
+def test_predict_writes_through_an_output_that_is_a_link_or_a_pipe(exported_run, tmp_path, capsys):
+    """output=/dev/stdout (a link to a pipe or terminal), a named pipe or a link to a file: the predictions go where
+    they lead, as the shell's > sends them. The file written beside them was renamed over the link or the pipe
+    itself, which a reader never saw (as root it replaced /dev/stdout, and output=/dev/null /dev/null, with a file)."""
+    import stat
+
+    np.save(tmp_path / "x.npy", raw_inputs(exported_run[1], 3))
+    run = [f"run_dir={exported_run[0]}", f"input={tmp_path / 'x.npy'}"]
+    predict(predict_cfg(*run))
+    printed = capsys.readouterr().out
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "p.csv").write_text("earlier predictions\n")
+    (tmp_path / "latest.csv").symlink_to(tmp_path / "kept" / "p.csv")
+    predict(predict_cfg(*run, f"output={tmp_path / 'latest.csv'}"))
+    assert (tmp_path / "latest.csv").is_symlink() and (tmp_path / "kept" / "p.csv").read_text() == printed
+    os.mkfifo(tmp_path / "pipe")
+    reader = subprocess.Popen(["cat", str(tmp_path / "pipe")], stdout=subprocess.PIPE, text=True)
+    try:
+        predict(predict_cfg(*run, f"output={tmp_path / 'pipe'}"))
+        received, _ = reader.communicate(timeout=30)
+    finally:
+        reader.kill()
+        reader.wait()
+    assert received == printed and stat.S_ISFIFO(os.lstat(tmp_path / "pipe").st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "latest.csv", "pipe", "x.npy"]

@@ -40,12 +40,26 @@ def _check_command(cfg: DictConfig) -> None:
     if cfg.output is not None and os.path.isdir(cfg.output):
         raise UserError(f"output={cfg.output} is a directory; name a .csv file to write, or leave output out to print "
                         "to stdout.")
-    if cfg.output is not None:
-        parent = os.path.dirname(os.path.abspath(cfg.output))
+    if cfg.output is not None and os.path.exists(cfg.output) and _written_through(cfg.output):
+        if not os.access(cfg.output, os.W_OK):  # output=/dev/stdout: its folder, /dev, is no matter
+            raise UserError(f"output={cfg.output} cannot be written: it is not writable; choose another output or "
+                            "leave it out to print to stdout.")
+        _refuse_output_over_what_it_reads(cfg)
+    elif cfg.output is not None:
+        # a link to a file not yet written: the file is made where it leads
+        path = os.path.realpath(cfg.output) if os.path.islink(cfg.output) else os.path.abspath(cfg.output)
+        parent = os.path.dirname(path)
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             raise UserError(f"output={cfg.output} cannot be written: {parent} is not a writable directory; "
                             "choose another output or leave it out to print to stdout.")
         _refuse_output_over_what_it_reads(cfg)
+
+
+def _written_through(path: str) -> bool:
+    """output= a link, or what is no regular file (/dev/stdout, /dev/null, a named pipe): written through, as the
+    shell's > writes it. A file written beside it and renamed over it, as a regular file is replaced, put a file where
+    the link or the pipe was, which no reader saw (as root: /dev/stdout or /dev/null itself)."""
+    return os.path.islink(path) or (os.path.exists(path) and not os.path.isfile(path))
 
 
 def _refuse_output_over_what_it_reads(cfg: DictConfig) -> None:
@@ -283,7 +297,11 @@ def predict(cfg: DictConfig) -> dict:
     else:
         try:
             with written_whole():
-                write_text(cfg.output, text)
+                if _written_through(cfg.output):
+                    with open(cfg.output, "w", newline="") as f:
+                        f.write(text)
+                else:
+                    write_text(cfg.output, text)
         except OSError as e:  # a directory os.access called writable refused it (root on /sys, a full disk)
             raise UserError(f"output={cfg.output} cannot be written ({e.strerror or e}); choose another output or "
                             "leave it out to print to stdout.") from None
