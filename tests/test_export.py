@@ -863,3 +863,18 @@ def test_predict_writes_through_an_output_that_is_a_link_or_a_pipe(exported_run,
         reader.wait()
     assert received == printed and stat.S_ISFIFO(os.lstat(tmp_path / "pipe").st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "latest.csv", "pipe", "x.npy"]
+
+
+def test_predict_refuses_a_multirun_in_one_sentence(exported_run, tmp_path, data_dir):
+    """`-m input=a.npy,b.npy output=p.csv` wrote each job's predictions over the last job's (p.csv held b's alone)
+    and left multirun/<date>/<time>/ where predict.py leaves no directory."""
+    np.save(tmp_path / "a.npy", raw_inputs(exported_run[1], 2))
+    np.save(tmp_path / "b.npy", raw_inputs(exported_run[1], 3))
+    done = subprocess.run([sys.executable, str(ROOT / "predict.py"), "-m", f"run_dir={exported_run[0]}",
+                           "input=a.npy,b.npy", "output=p.csv"], cwd=tmp_path, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == (
+        "error: predict.py predicts one input with one run's export, and takes no -m (--multirun), under which each "
+        "job's predictions would replace the last job's; run it once per input or run_dir, each with its own "
+        "output.\n"), done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.npy"]

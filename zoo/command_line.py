@@ -207,6 +207,12 @@ def quote_paths(argv: list) -> list:
     return quoted
 
 
+def refuse_multirun(argv: list, refusal: str) -> None:
+    """`refusal` where the command line asks for a multirun (-m, --multirun or hydra.mode=MULTIRUN)."""
+    if {"-m", "--multirun"} & set(argv) or any(arg.lstrip("+") == "hydra.mode=MULTIRUN" for arg in argv):
+        exit_with(UserError(refusal))
+
+
 def refuse_resolve_without_run_dir(argv: list) -> None:
     """`python train.py --cfg job --resolve`: paths.output_dir is ${hydra:runtime.output_dir}, which Hydra sets only
     when the command runs, and OmegaConf's InterpolationValidationError traceback ended the command, exit 1."""
