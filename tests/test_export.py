@@ -878,3 +878,23 @@ def test_predict_refuses_a_multirun_in_one_sentence(exported_run, tmp_path, data
         "job's predictions would replace the last job's; run it once per input or run_dir, each with its own "
         "output.\n"), done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.npy"]
+
+
+def test_predict_warns_that_the_run_trained_on_after_its_export(make_cfg, tmp_path, capsys):
+    """The same training command with more steps resumes the run: eval.py then reports its new final weights, while
+    predict.py served the export of the earlier ones without a word."""
+    run = tmp_path / "run"
+    train(make_cfg("debug=smoke", "model.hidden=[8]"))
+    export(make_cfg(f"run_dir={run}", config_name="export"))
+    np.save(tmp_path / "x.npy", np.zeros((2, 8, 8, 1), np.float32))
+    capsys.readouterr()
+    predict(predict_cfg(f"run_dir={run}", f"input={tmp_path / 'x.npy'}"))
+    before = capsys.readouterr()
+    assert "warning" not in before.err
+    train(make_cfg("debug=smoke", "model.hidden=[8]", "trainer.max_steps=8"))
+    capsys.readouterr()
+    predict(predict_cfg(f"run_dir={run}", f"input={tmp_path / 'x.npy'}"))
+    after = capsys.readouterr()
+    assert after.out == before.out  # still the export's step 6
+    assert after.err == (f"warning: {run}/export holds step 6, exported before the run trained on to step 8; "
+                         f"python export.py run_dir={run} exports the run's final weights.\n")

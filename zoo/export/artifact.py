@@ -216,6 +216,8 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
     test_metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, *run.eval_sets["test"])
     model = bytes(exported.serialize())
     signature = signature_of(exported, run.data, step, test_metrics, meta["config"], model)
+    # how far the run had trained: predict.py warns once it has trained on (zoo.export.predict._warn_if_trained_on)
+    signature["checkpoint"]["run_steps"] = (load_json(os.path.join(cfg.run_dir, "results.json")) or {}).get("steps")
     if meta["config"].get("privacy", {}).get("mode") == "dpsgd":
         early_stopping = meta["config"]["trainer"].get("early_stopping") or {}
         # `final` is the best checkpoint with early stopping (zoo.evaluate._pick_steps)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from zoo.cli import (a_commands_own_directory, export_origin, holds_training_run, launch_dir_path, require_dir,
                      run_whose_checkpoints_hold, runs_below, written_whole)
 from zoo.errors import UserError
-from zoo.files import write_text
+from zoo.files import load_json, write_text
 
 
 def _check_command(cfg: DictConfig) -> None:
@@ -136,6 +136,18 @@ def _refuse_a_folder_above_or_inside_a_run(run_dir: str) -> None:
         newest = max(exported or runs, key=os.path.getmtime)
         raise UserError(f"run_dir={run_dir} is not a run but holds runs below it; pass one of them, e.g. the newest"
                         f"{' exported' if exported else ''}, run_dir={newest}.")
+
+
+def _warn_if_trained_on(run_dir: str, signature: dict) -> None:
+    """The same training command with more steps resumes a run: eval.py then reports its new final weights, while
+    its export/ still holds those exported before. An export records the steps the run had trained then (an older
+    one does not, and is not checked)."""
+    exported_at = signature.get("checkpoint", {}).get("run_steps")
+    steps = (load_json(os.path.join(run_dir, "results.json")) or {}).get("steps")
+    if isinstance(exported_at, int) and isinstance(steps, int) and steps > exported_at:
+        print(f"warning: {os.path.join(run_dir, 'export')} holds step {signature['checkpoint'].get('step')}, exported "
+              f"before the run trained on to step {steps}; python export.py run_dir={run_dir} exports the run's final "
+              "weights.", file=sys.stderr)
 
 
 def _check_signature(exported, signature: dict) -> None:
@@ -287,6 +299,7 @@ def to_csv(outputs: dict, task: str) -> str:
 def predict(cfg: DictConfig) -> dict:
     _check_command(cfg)
     exported, signature = load_export(cfg.run_dir)
+    _warn_if_trained_on(cfg.run_dir, signature)
     x = read_input(cfg.input, tuple(signature["input"]["shape"][1:]))
     outputs = run_exported(exported, x, cfg.batch_size)
     text = to_csv(outputs, signature["task"])
