@@ -11,7 +11,8 @@ with loading_libraries():  # imports first, without the garbage collector (see z
 
     from zoo.cli import main_with_one_line_ctrl_c, reader_ctrl_c, run_task
     from zoo.command_line import (overrides_then_flags, quote_paths, refuse_bare_paths, refuse_mistyped_values,
-                                  refuse_null_groups, refuse_training_settings, refuse_values_that_are_not_lists)
+                                  refuse_null_groups, refuse_sweeps_but_of_run_dir, refuse_training_settings,
+                                  refuse_values_that_are_not_lists)
     from zoo.config import ExportConfig, register_configs
     from zoo.export.artifact import export
 
@@ -29,5 +30,6 @@ if __name__ == "__main__":
     refuse_training_settings(sys.argv[1:], "export.py", ExportConfig, takes=["dataset.tfds_name"])
     refuse_mistyped_values(sys.argv[1:], ExportConfig)
     refuse_values_that_are_not_lists(sys.argv[1:], ExportConfig)
+    refuse_sweeps_but_of_run_dir(sys.argv[1:])
     refuse_bare_paths(sys.argv[1:])
     main_with_one_line_ctrl_c(main, reader_ctrl_c("no export was written (export/ is as it was)"))

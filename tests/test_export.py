@@ -898,3 +898,17 @@ def test_predict_warns_that_the_run_trained_on_after_its_export(make_cfg, tmp_pa
     assert after.out == before.out  # still the export's step 6
     assert after.err == (f"warning: {run}/export holds step 6, exported before the run trained on to step 8; "
                          f"python export.py run_dir={run} exports the run's final weights.\n")
+
+
+def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_path, data_dir):
+    """Each job of `export.py -m run_dir=R checkpoint=best,latest` wrote R's one export/ over the last job's: only
+    the last checkpoint's export was left."""
+    run_dir, _ = exported_run
+    before = (run_dir / "export" / "model.jax").read_bytes()
+    done = subprocess.run([sys.executable, "export.py", "-m", f"run_dir={run_dir}", "checkpoint=best,latest",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, env=subprocess_env(data_dir),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == (
+        "error: export.py -m sweeps run_dir alone: each job writes its run's one export/, so checkpoint=best,latest "
+        "would leave only the last job's; export one checkpoint of a run per command.\n"), done.stderr
+    assert (run_dir / "export" / "model.jax").read_bytes() == before and not (tmp_path / "sweep").exists()

@@ -213,6 +213,25 @@ def refuse_multirun(argv: list, refusal: str) -> None:
         exit_with(UserError(refusal))
 
 
+def refuse_sweeps_but_of_run_dir(argv: list) -> None:
+    """export.py -m: each job writes its run's one export/, so a sweep over anything but run_dir (checkpoint=best,
+    latest) left only its last job's export, each earlier one replaced without a word."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not {"-m", "--multirun"} & set(argv):
+        return
+    for before, arg in zip([""] + argv, argv):
+        if "=" not in arg or arg.startswith("-") or before in FLAGS_WITH_VALUES:
+            continue
+        try:
+            override = OverridesParser.create().parse_overrides([arg])[0]
+        except Exception:  # noqa: BLE001 — Hydra's own grammar error says what is wrong with it
+            continue
+        if override.is_sweep_override() and override.get_key_element().lstrip("+") != "run_dir":
+            exit_with(UserError(f"export.py -m sweeps run_dir alone: each job writes its run's one export/, so {arg} "
+                                "would leave only the last job's; export one checkpoint of a run per command."))
+
+
 def refuse_resolve_without_run_dir(argv: list) -> None:
     """`python train.py --cfg job --resolve`: paths.output_dir is ${hydra:runtime.output_dir}, which Hydra sets only
     when the command runs, and OmegaConf's InterpolationValidationError traceback ended the command, exit 1."""
