@@ -741,6 +741,15 @@ def test_eval_without_missing_or_empty_run_dir(make_cfg, tmp_path):
                                         r"why, e\.g\. a non-finite loss\), so there is no state to evaluate; train it "
                                         r"again or pass another run_dir\.$"):
         evaluate(eval_cfg(make_cfg, ended))
+    refused = tmp_path / "refused"  # its settings stopped it before its first step: train.log ends in why
+    (refused / ".hydra").mkdir(parents=True)
+    (refused / "train.log").write_text("[2026-12-05 16:14:20,570][zoo][ERROR] - error: privacy=dpsgd needs "
+                                       "privacy.target_epsilon or privacy.noise_multiplier; set one of them.\n")
+    with pytest.raises(UserError, match=rf"^run_dir={refused} was refused before training \(privacy=dpsgd needs "
+                                        r"privacy\.target_epsilon or privacy\.noise_multiplier; set one of them\), so "
+                                        r"there is no state to evaluate; train it again with that setting changed, or "
+                                        r"pass another run_dir\.$"):
+        evaluate(eval_cfg(make_cfg, refused))
     with pytest.raises(UserError, match=r"chekpoint is not a setting; remove it or fix its spelling \(settings at the "
                                         r"top level: run_dir, checkpoint, "):
         evaluate(eval_cfg(make_cfg, tmp_path / "empty", "+chekpoint=best"))

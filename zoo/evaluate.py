@@ -48,7 +48,7 @@ def _open_checkpoints(run_dir: str) -> Checkpoints:
         if ckpts is not None:
             ckpts.close()
         raise UserError(_not_a_run(run_dir) or _failed_before_a_checkpoint(run_dir) or _finished_unsaved(run_dir) or
-                        _ended_before_a_checkpoint(run_dir) or
+                        _ended_before_a_checkpoint(run_dir) or _refused_before_training(run_dir) or
                         f"run_dir={run_dir} has no complete checkpoint in checkpoints/; train it (with "
                         "checkpoint.enabled=true) or pass another run_dir.")
     return ckpts
@@ -74,6 +74,25 @@ def _ended_before_a_checkpoint(run_dir: str):
         return None
     return (f"run_dir={run_dir} ended before its first checkpoint (its train.log says why, e.g. a non-finite loss), "
             "so there is no state to evaluate; train it again or pass another run_dir.")
+
+
+def _refused_before_training(run_dir: str):
+    """A run its settings stopped before its first step (privacy=dpsgd without a noise): its train.log ends in the
+    refusal, which 'train it with checkpoint.enabled=true' would not say. A sentence, else None."""
+    if os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+        return None
+    try:
+        with open(os.path.join(run_dir, "train.log"), errors="replace") as f:
+            refusals = [line.partition(REFUSAL)[2].strip() for line in f if REFUSAL in line]
+    except OSError:
+        return None
+    if not refusals:
+        return None
+    return (f"run_dir={run_dir} was refused before training ({refusals[-1].rstrip('.')}), so there is no state to "
+            "evaluate; train it again with that setting changed, or pass another run_dir.")
+
+
+REFUSAL = "][zoo][ERROR] - error: "  # how train.log records the sentence a refused run ended with
 
 
 def _finished_unsaved(run_dir: str):
