@@ -1,6 +1,7 @@
 """The commands a user types, as real subprocesses: exit codes, messages, signals, kill -9."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -59,6 +60,21 @@ def test_smoke_run_help_and_cfg(data_dir, tmp_path):
     assert shown.returncode == 0 and "model: cnn, linear, mlp" in shown.stdout
     job = run(["model=cnn", "--cfg", "job"], data_dir)
     assert job.returncode == 0 and "_target_: zoo.models.CNN" in job.stdout
+
+
+@pytest.mark.parametrize("script,groups", [("eval.py", ["distributed", "parallel"]),
+                                           ("export.py", ["distributed", "parallel"]), ("predict.py", [])])
+def test_the_help_of_a_reader_of_runs_lists_only_the_groups_it_takes(data_dir, script, groups):
+    """`python eval.py --help` listed every group of conf/ under 'Compose your configuration from those groups':
+    model, dataset, optimizer, ..., each of which it then refused as `not a setting of eval.py` (the run's own
+    settings are read from the run). Only the groups it takes, each with the options conf/ holds."""
+    shown = run(["--help"], data_dir, script=script)
+    assert shown.returncode == 0, shown.stderr
+    groups_part, config_part = shown.stdout.split("== Config ==")
+    listed = dict(re.findall(r"^(\w+): (\w+(?:, \w+)*)$", groups_part, re.M))
+    assert listed == {g: ", ".join(sorted(p.stem for p in (ROOT / "conf" / g).glob("*.yaml"))) for g in groups}
+    assert ("== Configuration groups ==" in groups_part) == bool(groups), groups_part
+    assert "run_dir: ???" in config_part and shown.stdout.startswith(f"{script[:-3]} is powered by Hydra.")
 
 
 def test_eval_prints_its_result_alone_on_stdout(data_dir, tmp_path):
