@@ -750,8 +750,9 @@ def test_eval_without_missing_or_empty_run_dir(make_cfg, tmp_path):
                                         r"there is no state to evaluate; train it again with that setting changed, or "
                                         r"pass another run_dir\.$"):
         evaluate(eval_cfg(make_cfg, refused))
-    with pytest.raises(UserError, match=r"chekpoint is not a setting; remove it or fix its spelling \(settings at the "
-                                        r"top level: run_dir, checkpoint, "):
+    with pytest.raises(UserError, match=r"^chekpoint is not a setting; remove it or fix its spelling \(settings at "
+                                        r"the top level: run_dir, checkpoint, parallel, distributed, trainer, paths, "
+                                        r"dataset, split\)\.$"):
         evaluate(eval_cfg(make_cfg, tmp_path / "empty", "+chekpoint=best"))
     with pytest.raises(UserError, match=r"parallel\.cpu_devices must be between 1 and 512 \(or null\), got 0\."):
         evaluate(eval_cfg(make_cfg, tmp_path / "empty", "parallel.cpu_devices=0"))
