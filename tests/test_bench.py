@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -121,3 +122,13 @@ def test_cold_start_pairs_alternate_which_process_runs_first(monkeypatch, tmp_pa
     rows = process.cold_start_rows(Sizes(cold_reps=4), Where(str(tmp_path), str(tmp_path)), quick=False)
     assert started == ["cache"] + ["no_cache", "cache", "cache", "no_cache"] * 2  # the populating run, then pairs
     assert rows[-1]["id"] == "cold_start/speedup" and rows[-1]["spread"]["n"] == 4
+
+
+def test_every_benchmarks_default_output_is_ignored_by_git():
+    """`python -m zoo.bench.population` (likewise zoo.bench.privacy, zoo.bench.sweep_overhead), run as
+    docs/benchmarks.md shows in the checkout, left its JSON there as a file git reported untracked."""
+    sources = "".join(p.read_text() for p in sorted((ROOT / "zoo" / "bench").glob("*.py")))
+    defaults = set(re.findall(r'"--out", default="([^"]+)"', sources))
+    assert {"bench.json", "bench_population.json"} <= defaults, defaults
+    ignored = set((ROOT / ".gitignore").read_text().split())
+    assert defaults <= ignored, defaults - ignored
