@@ -1361,3 +1361,16 @@ def test_eval_of_a_folder_of_runs_names_the_newest_run_that_holds_a_checkpoint(m
     with pytest.raises(UserError, match=rf"^run_dir={outputs} is not a run but holds runs below it; pass one of "
                                         rf"them, e\.g\. the newest, run_dir={outputs / '09-00-00'}\.$"):
         evaluate(eval_cfg(make_cfg, outputs))
+
+
+def test_hydra_full_error_shows_the_traceback_of_a_tasks_refusal_only(data_dir, tmp_path):
+    """As docs/errors.md says: a task's sentence (a value out of range) becomes its traceback, exit 1; a refusal of
+    the command line before Hydra starts (a value of the wrong type) stays one sentence, exit 2."""
+    env = dict(subprocess_env(data_dir), HYDRA_FULL_ERROR="1")
+    task, line = (subprocess.run([sys.executable, "train.py", "debug=smoke", override, f"hydra.run.dir={tmp_path / d}"],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+                  for override, d in [("optimizer.learning_rate=0", "a"), ("trainer.epochs=three", "b")])
+    assert task.returncode == 1 and "Traceback" in task.stderr, task.stderr
+    assert task.stderr.strip().splitlines()[-1] == ("zoo.errors.UserError: optimizer.learning_rate must be a positive "
+                                                    "finite number, got 0.")
+    assert line.returncode == 2 and line.stderr == "error: trainer.epochs must be an integer, got three.\n"

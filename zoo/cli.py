@@ -3,7 +3,8 @@
 Exit codes: 0 done, 1 Hydra refused the command line (its own message) or an unexpected I/O error, 2 a
 setting to change (zoo.errors.UserError) or a file in the way, 128+N stopped by signal N (130: Ctrl-C).
 docs/errors.md lists them all.
-`HYDRA_FULL_ERROR=1` shows the traceback behind exits 1 and 2 (exit 1 then); stops keep their line and code.
+`HYDRA_FULL_ERROR=1` shows the traceback behind exit 1 and a task's exit 2 (exit 1 then); a refusal before the task
+(exit_with) and stops keep their line and code.
 """
 import contextlib
 import contextvars
