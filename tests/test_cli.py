@@ -124,10 +124,12 @@ def test_a_path_without_its_key_is_one_sentence_naming_the_key(data_dir, tmp_pat
 
 
 @pytest.mark.parametrize("script,arg", [("eval.py", "dataset=mnist"), ("eval.py", "+model=cnn"),
-                                        ("export.py", "model.hidden=[8]"), ("predict.py", "parallel=pmap")])
+                                        ("export.py", "model.hidden=[8]"), ("predict.py", "parallel=pmap"),
+                                        ("eval.py", "trainer=default"), ("export.py", "+paths=default")])
 def test_a_training_setting_given_to_a_reader_of_runs_is_one_sentence(data_dir, tmp_path, script, arg):
     """Hydra refused it (exit 1) with the hint to append it, +dataset=mnist, which failed again: 'Key 'dataset' not
-    in 'EvalConfig''. Neither said that the run's checkpoint decides the model and dataset."""
+    in 'EvalConfig''. Neither said that the run's checkpoint decides the model and dataset. Training's groups whose
+    keys the command partly takes (trainer.batch_size, paths.data_dir) are no option of its own either."""
     (tmp_path / "run").mkdir()
     done = run([f"run_dir={tmp_path / 'run'}", "input=x.npy" if script == "predict.py" else "checkpoint=final", arg],
                data_dir, script=script)

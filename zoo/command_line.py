@@ -279,14 +279,30 @@ def refuse_training_settings(argv: list, script: str, schema, conf_dir: str = CO
     exit 2 instead, before Hydra reads the command line. `takes`: the keys of such a group the command does take
     (eval.py's dataset.tfds_name), the others of their groups refused."""
     own = set(schema.__dataclass_fields__) - {key.split(".")[0] for key in takes}
+    chosen = _chosen_groups(script, conf_dir)
     for arg in argv:
         key, sep, _ = arg.partition("=")
-        if key.lstrip("+~") in takes:
+        name = key.lstrip("+~")
+        if name in takes:
             continue
-        group = key.lstrip("+~").split(".")[0].split("/")[0]
-        if sep and group and group != "hydra" and group not in own and os.path.isdir(os.path.join(conf_dir, group)):
+        group = name.split(".")[0].split("/")[0]
+        # `trainer=default`: an option of a group whose keys the command takes in part (trainer.batch_size) but whose
+        # options are training's; Hydra said to append it, +trainer=default, which it then refused key by key
+        an_option_of_trainings = "." not in name and group not in chosen
+        if sep and group and group != "hydra" and (group not in own or an_option_of_trainings) and \
+                os.path.isdir(os.path.join(conf_dir, group)):
             exit_with(UserError(f"{arg.lstrip('+~')} is not a setting of {script}, which reads the model, dataset and "
                                 f"training settings of the run that run_dir names from the run itself; remove {arg}."))
+
+
+def _chosen_groups(script: str, conf_dir: str) -> set:
+    """The config groups whose options the command's own config (conf/eval.yaml for eval.py) chooses: parallel and
+    distributed for eval.py and export.py, none for predict.py."""
+    import yaml
+
+    with open(os.path.join(conf_dir, script.removesuffix(".py") + ".yaml")) as f:
+        defaults = yaml.safe_load(f).get("defaults") or []
+    return {key for entry in defaults if isinstance(entry, dict) for key in entry if not key.startswith("override ")}
 
 
 def refuse_values_that_are_not_lists(argv: list, schema) -> None:
