@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from conftest import ROOT, subprocess_env
 from zoo.train import train
@@ -98,6 +99,34 @@ def test_a_coordinator_port_in_use_is_refused_in_one_sentence(data_dir, tmp_path
         f"error: distributed.coordinator_address=localhost:{port}: process 0 cannot listen on port {port} (Address "
         f"already in use); choose a free port, the same for every process.")
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("process_id", [0, 1])
+def test_a_process_whose_peers_never_join_ends_in_one_sentence(data_dir, tmp_path, process_id):
+    """Process 0 alone waits for process 1, process 1 alone for the coordinator process 0 serves: JAX's client gave
+    up once distributed.timeout_s was out and aborted the process from C++ (exit 134, a native stack)."""
+    done = run_alone(data_dir, tmp_path, free_port(), process_id)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Check failure" not in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: not all distributed.num_processes=2 processes joined within distributed.timeout_s=3; start every "
+        "one with the same distributed.coordinator_address (process 0's host and a port free there) and "
+        "num_processes, each with its own distributed.process_id from 0 to 1, or raise distributed.timeout_s.")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_multiruns_jobs_after_one_whose_peers_never_joined_fail_with_its_sentence(data_dir, tmp_path):
+    """The jobs of a multirun share one process, and JAX's client: the next job found it set (never connected),
+    skipped joining and failed in a RuntimeError from the CPU backend, which could not reach the coordinator."""
+    sweep = tmp_path / "sweep"
+    subprocess.run([sys.executable, "train.py", "-m", "debug=smoke", "parallel=sharded", "distributed=explicit",
+                    f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2",
+                    "distributed.process_id=1", "distributed.timeout_s=3", "seed=0,1", f"hydra.sweep.dir={sweep}"],
+                   cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+    failures = [json.loads((sweep / job / "failure.json").read_text()) for job in ("0", "1")]
+    assert [(f["error"], f["user_error"]) for f in failures] == [("ProcessesNotJoined", True)] * 2, failures[1]
+    assert failures[1]["reason"] == failures[0]["reason"]
+    assert failures[0]["reason"].startswith("not all distributed.num_processes=2 processes joined within")
 
 
 def test_processes_with_unequal_device_counts_are_refused_in_one_sentence(data_dir, tmp_path):

@@ -26,7 +26,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
-from zoo.errors import Interrupted, UserError, exit_with
+from zoo.errors import Interrupted, ProcessesNotJoined, UserError, exit_with
 from zoo.preemption import Preempted, interrupt_of, interrupts_remembered, raise_a_lost_interrupt
 from zoo.startup import Terminated, stops_on_sigterm_as_on_ctrl_c
 
@@ -622,7 +622,7 @@ def _exit_if_the_users(e: BaseException) -> None:
         if multirun and isinstance(e, Interrupted):
             raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial
         if not multirun and not (full and not isinstance(e, (Interrupted, Preempted))):  # stops keep their codes
-            _exit(str(e), e.exit_code, hard=isinstance(e, Interrupted))
+            _exit(str(e), e.exit_code, hard=isinstance(e, (Interrupted, ProcessesNotJoined)))
     elif isinstance(e, KeyboardInterrupt):  # outside the train loop (which saves on the first Ctrl-C) or a second
         if not (multirun or full):
             _exit(*_stop_line(e), hard=True)

@@ -26,6 +26,12 @@ class Interrupted(UserError):
     exit_code = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 
+class ProcessesNotJoined(UserError):
+    """The processes of a multi-process run did not all join in time. JAX's client still waits for them in a
+    thread, which no Python call ends: the command exits without finalising Python, whose teardown beside that
+    thread logs the coordinator's shutdown after the sentence, for seconds."""
+
+
 def brief(e: BaseException) -> str:
     """'TypeName: the first line of its message' (200 characters at most), for a sentence that names a library's
     error without its traceback."""

@@ -5,17 +5,25 @@ import logging
 import os
 import socket
 import sys
+import threading
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
 from zoo.config import coordinator_host
-from zoo.errors import UserError
+from zoo.errors import ProcessesNotJoined, UserError
+
+
+# The sentence of a join that timed out in this process: JAX's client is set (is_initialized() says so) but never
+# connected, and a multirun's next job that went on with it failed in the CPU backend's RuntimeError
+_not_joined = None
 
 
 def init_distributed(cfg) -> None:
     """Join the process group; must run after jax_num_cpu_devices is set and before any JAX work."""
+    if _not_joined is not None:
+        raise ProcessesNotJoined(_not_joined)
     if cfg.mode == "none" or jax.distributed.is_initialized():  # eval.py joins before building its run
         return
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
@@ -32,7 +40,9 @@ def init_distributed(cfg) -> None:
         kwargs = {}
     _native_stdout_to_stderr()
     try:
-        jax.distributed.initialize(**kwargs, initialization_timeout=cfg.timeout_s)
+        _join_within(cfg, kwargs)
+    except ProcessesNotJoined:
+        raise
     except Exception as e:  # noqa: BLE001 — surfaces as one sentence naming the settings
         advice = "check distributed.coordinator_address, num_processes and process_id"
         if cfg.mode == "auto":  # which refuses those settings: it reads the processes from the environment
@@ -46,6 +56,39 @@ def init_distributed(cfg) -> None:
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
             root.removeHandler(handler)
             handler.close()
+
+
+def _join_within(cfg, kwargs: dict) -> None:
+    """jax.distributed.initialize, given distributed.timeout_s. Its client waits in C++ for every process to register
+    and, once its deadline passes, aborts the process (exit 134, a native stack), which no Python handler sees: it
+    waits in a thread instead, given a minute more, and this one gives up first, with a sentence."""
+    global _not_joined
+    outcome = []
+
+    def join():
+        try:
+            jax.distributed.initialize(**kwargs, initialization_timeout=cfg.timeout_s + 60)
+            outcome.append(None)
+        except Exception as e:  # noqa: BLE001 — raised again in the calling thread
+            outcome.append(e)
+
+    thread = threading.Thread(target=join, name="jax.distributed.initialize", daemon=True)
+    thread.start()
+    thread.join(cfg.timeout_s)  # Ctrl-C and SIGTERM still reach this thread while it waits
+    if not outcome:
+        if cfg.mode == "auto":
+            _not_joined = (f"not all the processes of this cluster job joined within distributed.timeout_s="
+                           f"{cfg.timeout_s} (distributed=auto); check that every task of the job runs this command, "
+                           "or raise distributed.timeout_s.")
+        else:
+            _not_joined = (f"not all distributed.num_processes={cfg.num_processes} processes joined within "
+                           f"distributed.timeout_s={cfg.timeout_s}; start every one with the same "
+                           "distributed.coordinator_address (process 0's host and a port free there) and "
+                           "num_processes, each with its own distributed.process_id from 0 to "
+                           f"{cfg.num_processes - 1}, or raise distributed.timeout_s.")
+        raise ProcessesNotJoined(_not_joined)
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def _check_resolves(address: str) -> None:
