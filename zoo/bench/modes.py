@@ -75,6 +75,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that every row runs")
     parser.add_argument("--out", default="bench_modes.json")
     args = parser.parse_args(argv)
+    for flag, count in (("--steps", args.steps), ("--checkpoint-every", args.checkpoint_every)):
+        if count < 1:  # 0 timed nothing (0.0 steps/s); a negative count was refused by the run, in a traceback
+            parser.error(f"{flag} must be at least 1, got {count}")
     divisors = [d for d in range(1, BATCH + 1) if BATCH % d == 0]
     if args.devices not in divisors:  # before any row: each mode's run would stop at it mid-table
         parser.error(f"--devices {args.devices} does not split the benchmark's batch of {BATCH} examples; "
