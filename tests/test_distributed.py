@@ -115,6 +115,20 @@ def test_a_process_whose_peers_never_join_ends_in_one_sentence(data_dir, tmp_pat
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_a_cluster_task_whose_peers_never_join_ends_in_one_sentence(data_dir, tmp_path):
+    """distributed=auto as task 1 of 2 of a SLURM job whose task 0 never starts."""
+    slurm = dict(SLURM_JOB_ID="12345", SLURM_STEP_NODELIST="localhost", SLURM_NTASKS="2", SLURM_PROCID="1",
+                 SLURM_LOCALID="0", SLURM_STEP_NUM_NODES="1", SLURM_STEP_TASKS_PER_NODE="2")
+    done = subprocess.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=auto",
+                           "distributed.timeout_s=3", f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=ROOT, env={**subprocess_env(data_dir), **slurm}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: not all the processes of this cluster job joined within distributed.timeout_s=3 (distributed=auto); "
+        "check that every task of the job runs this command, or raise distributed.timeout_s.")
+
+
 def test_a_multiruns_jobs_after_one_whose_peers_never_joined_fail_with_its_sentence(data_dir, tmp_path):
     """The jobs of a multirun share one process, and JAX's client: the next job found it set (never connected),
     skipped joining and failed in a RuntimeError from the CPU backend, which could not reach the coordinator."""
