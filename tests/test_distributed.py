@@ -129,6 +129,18 @@ def test_a_cluster_task_whose_peers_never_join_ends_in_one_sentence(data_dir, tm
         "check that every task of the job runs this command, or raise distributed.timeout_s.")
 
 
+def test_a_timeout_beyond_what_jax_takes_waits_as_long_as_it_can(data_dir, tmp_path):
+    """JAX takes the timeout as a C int: distributed.timeout_s=30000000000 (950 years) was refused in nanobind's list
+    of get_distributed_runtime_client's signatures, with advice to check the three other distributed settings."""
+    done = subprocess.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=explicit",
+                           f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=1",
+                           "distributed.process_id=0", "distributed.timeout_s=30000000000",
+                           f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["test"]["count"] == 359
+
+
 def test_a_multiruns_jobs_after_one_whose_peers_never_joined_fail_with_its_sentence(data_dir, tmp_path):
     """The jobs of a multirun share one process, and JAX's client: the next job found it set (never connected),
     skipped joining and failed in a RuntimeError from the CPU backend, which could not reach the coordinator."""

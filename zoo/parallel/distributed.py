@@ -67,14 +67,15 @@ def _join_within(cfg, kwargs: dict) -> None:
 
     def join():
         try:
-            jax.distributed.initialize(**kwargs, initialization_timeout=cfg.timeout_s + 60)
+            # JAX takes the seconds as a C int: a longer timeout is as long as it waits
+            jax.distributed.initialize(**kwargs, initialization_timeout=min(cfg.timeout_s + 60, 2**31 - 1))
             outcome.append(None)
         except Exception as e:  # noqa: BLE001 — raised again in the calling thread
             outcome.append(e)
 
     thread = threading.Thread(target=join, name="jax.distributed.initialize", daemon=True)
     thread.start()
-    thread.join(cfg.timeout_s)  # Ctrl-C and SIGTERM still reach this thread while it waits
+    thread.join(min(cfg.timeout_s, threading.TIMEOUT_MAX))  # Ctrl-C and SIGTERM still reach this thread meanwhile
     if not outcome:
         if cfg.mode == "auto":
             _not_joined = (f"not all the processes of this cluster job joined within distributed.timeout_s="
