@@ -553,3 +553,16 @@ def test_a_search_over_a_group_whose_option_lacks_a_searched_setting_is_refused_
                            "model options it searches, does not have (its settings: "), last
     assert last.endswith("); search one model at a time, or search settings every option has."), last
     assert not (sweep_dir / "optuna.db").exists() and not list(sweep_dir.glob("*/.hydra"))
+
+
+@pytest.mark.parametrize("launcher", ["basic", "population"])
+def test_a_failed_jobs_train_log_ends_with_its_sentence_as_a_single_runs_does(data_dir, tmp_path, launcher):
+    sweep = tmp_path / launcher
+    proc = multirun(data_dir, sweep, "dataset=diabetes", "model=linear", "optimizer.learning_rate=1e-2,1e30",
+                    f"hydra/launcher={launcher}", check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    failed = (sweep / "1" / "train.log").read_text().splitlines()
+    assert [line for line in failed if "error: " in line] == [failed[-1]]  # once, and last
+    assert failed[-1].endswith("][zoo][ERROR] - error: training loss became non-finite by step 2 (last finite loss: "
+                               "none); lower optimizer.learning_rate or set trainer.clip_norm.")
+    assert "error: " not in (sweep / "0" / "train.log").read_text()

@@ -621,6 +621,8 @@ def _exit_if_the_users(e: BaseException) -> None:
     if isinstance(e, UserError):
         if multirun and isinstance(e, Interrupted):
             raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial
+        if multirun:  # the trial fails alone; its train.log ends in its sentence, as its single run's does
+            _into_log_files(f"error: {e}")
         if not multirun and not (full and not isinstance(e, (Interrupted, Preempted))):  # stops keep their codes
             _exit(str(e), e.exit_code, hard=isinstance(e, (Interrupted, ProcessesNotJoined)))
     elif isinstance(e, KeyboardInterrupt):  # outside the train loop (which saves on the first Ctrl-C) or a second

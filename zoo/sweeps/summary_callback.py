@@ -202,8 +202,9 @@ class SweepSummary(Callback):
         if s is not None:
             counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned", "stopped")}
             stopped = f", {counts['stopped']} stopped" if counts["stopped"] else ""
-            log.info("sweep so far: %d jobs, %d failed, %d pruned%s. %s", len(s["rows"]), counts["failed"],
-                     counts["pruned"], stopped, report.best_text(s))
+            with _out_of_log_files():
+                log.info("sweep so far: %d jobs, %d failed, %d pruned%s. %s", len(s["rows"]), counts["failed"],
+                         counts["pruned"], stopped, report.best_text(s))
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         if self.off:
@@ -212,6 +213,26 @@ class SweepSummary(Callback):
         if s is not None:
             print(f"Sweep summary: {os.path.join(s['root'], 'summary.md')}")
             print(report.best_text(s))
+
+
+class _NotThisLogger(logging.Filter):
+    def filter(self, record) -> bool:
+        return record.name != log.name
+
+
+@contextlib.contextmanager
+def _out_of_log_files():
+    """The sweep's progress line reaches the console only: logged at a job's end, it would otherwise close that
+    job's train.log (Hydra's job logging still writes there), which ends as its single run's does."""
+    keep_out = _NotThisLogger()
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    for handler in files:
+        handler.addFilter(keep_out)
+    try:
+        yield
+    finally:
+        for handler in files:
+            handler.removeFilter(keep_out)
 
 
 def _plan_path(config: DictConfig) -> str:
