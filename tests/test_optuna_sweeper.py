@@ -543,7 +543,8 @@ def test_what_fails_every_pruned_trial_is_refused_before_any_trial(tmp_path, mak
     sweep = make_sweep(tmp_path, launcher, pruner=OmegaConf.structured(MedianPrunerConfig()), n_trials=2,
                        direction=None)
     hydra_node = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
-    sweep.config = OmegaConf.merge(hydra_node, OmegaConf.to_container(make_cfg("optimized_metric=wall_time_s")))
+    sweep.config = OmegaConf.merge(hydra_node, OmegaConf.to_container(make_cfg("optimized_metric=wall_time_s",
+                                                                               "dataset.validation_fraction=0.1")))
     with pytest.raises(UserError, match=r"^hydra\.sweeper\.pruner needs optimized_metric to name an eval metric "
                                         r"\(validation/loss, validation/accuracy\), got wall_time_s\.$"):
         sweep.sweep([])
@@ -620,3 +621,19 @@ def test_a_sweep_without_a_sampler_asks_optunas_default_one(tmp_path):
         study = sweep.sweep([])
         assert isinstance(study.sampler, optuna.samplers.TPESampler)
         assert len(trial_params(launcher)) == 3 and len(study.trials) == 3 * (run + 1)
+
+
+@pytest.mark.parametrize("overrides,said", [
+    (["optimized_metric=train/loss", "dataset.validation_fraction=0.1"], "(validation/loss, validation/accuracy)"),
+    (["optimized_metric=test/accuracy", "dataset.validation_fraction=0.1"], "(validation/loss, validation/accuracy)"),
+    (["optimized_metric=train/accuracy"], "(test/loss, test/accuracy)"),
+])
+def test_a_pruner_judging_another_split_than_the_objectives_is_refused(make_cfg, overrides, said):
+    """The periodic evals run on validation (or on test without it): a train/ or test/ objective beside them was
+    judged by the eval split's metric of the same name, so trials were pruned by a figure the sweep did not ask for."""
+    cfg = make_cfg(*overrides)
+    with pytest.raises(UserError, match=re.escape(f"hydra.sweeper.pruner needs optimized_metric to name an eval "
+                                                  f"metric {said}, got {cfg.optimized_metric}.")):
+        trial_link.prunable_metric(cfg, TASKS["classification"])
+    assert trial_link.prunable_metric(make_cfg("dataset.validation_fraction=0.1"), TASKS["classification"]) == \
+        trial_link.prunable_metric(make_cfg("optimized_metric=test/accuracy"), TASKS["classification"]) == "accuracy"

@@ -76,13 +76,15 @@ def _trial(storage, study_name, number: int, pruner_cfg):
 
 
 def prunable_metric(cfg, task) -> str:
-    """The eval metric a pruner judges a trial by: the objective's, which must be one of the periodic evals'."""
-    metric = str(task.optimized(cfg)).rpartition("/")[2]
-    task_metrics = METRICS[cfg.dataset.task]
-    if metric not in task_metrics:
+    """The eval metric a pruner judges a trial by: the objective's, which must be one of the periodic evals' (on
+    validation, or on test without a validation split): a train/ or another split's objective would be judged by
+    the periodic split's figure of the same name."""
+    split, _, metric = str(task.optimized(cfg)).rpartition("/")
+    periodic = "validation" if (cfg.dataset.validation_fraction or 0) > 0 else "test"
+    task_metrics = [m for m in METRICS[cfg.dataset.task] if m != "count"]
+    if split != periodic or metric not in task_metrics:
         raise UserError(f"hydra.sweeper.pruner needs optimized_metric to name an eval metric "
-                        f"({', '.join(f'validation/{m}' for m in task_metrics if m != 'count')}), got "
-                        f"{cfg.optimized_metric}.")
+                        f"({', '.join(f'{periodic}/{m}' for m in task_metrics)}), got {cfg.optimized_metric}.")
     return metric
 
 
