@@ -580,6 +580,43 @@ def test_a_resumed_runs_kept_records_are_on_disk_before_its_first_new_one(make_c
     assert [r["step"] for r in map(json.loads, path.read_text().splitlines())] == [7, 10, 20]
 
 
+def test_a_run_resumed_after_a_torn_last_record_finishes_as_if_uninterrupted(make_cfg, tmp_path):
+    """A full disk (or a kill) while a record was written leaves its line cut short at the file's end: that record
+    lies past the run's latest checkpoint, so the rerun drops it, as it drops the other records it redoes."""
+    common = ["debug=smoke", "trainer.max_steps=8", "trainer.checkpoint_every=4", "trainer.eval_every=2"]
+    train(make_cfg(*common, out="whole"))
+    train(make_cfg(*common))
+    run_dir = tmp_path / "run"
+    shutil.rmtree(run_dir / "checkpoints" / "8")
+    (run_dir / "results.json").unlink()
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"step": 8, "split": "tr')
+    train(make_cfg(*common))
+    assert records(run_dir) == records(tmp_path / "whole")
+
+
+def test_a_torn_last_record_is_not_continued_by_the_next_one(make_cfg, tmp_path):
+    """Every whole record is kept (the run resumes past them): the next record must start a line of its own."""
+    from zoo.run_logger import RunLogger
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 2, "split": "train", "loss": 1.0}\n{"step": 4, "split": "train", "loss": 0.5}\n'
+                    '{"step": 6, "spl')
+    logger = RunLogger(str(tmp_path), make_cfg("logger=quiet").logger, 40, start_step=4)
+    logger.log(6, "train", {"loss": 0.25})
+    logger.close("loss")
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [2, 4, 6]
+
+
+def test_a_damaged_record_before_the_last_is_one_sentence(make_cfg, tmp_path):
+    from zoo.run_logger import RunLogger
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 2, "split": "train", "loss": 1.0}\n{"step": 4, "spl\n{"step": 6, "split": "train"}\n')
+    with pytest.raises(UserError, match=r"line 2 of .*metrics.jsonl is damaged"):
+        RunLogger(str(tmp_path), make_cfg("logger=quiet").logger, 40, start_step=4)
+
+
 def test_a_signal_during_the_last_call_lets_the_run_finish(make_cfg, monkeypatch):
     monkeypatch.setattr(zoo.train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(20)))
     cfg = make_cfg("model.hidden=[8]", "trainer.max_steps=20", "trainer.log_every=1", "trainer.eval_every=0",

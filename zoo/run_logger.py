@@ -10,7 +10,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from tqdm import tqdm
 
+from zoo.cli import new_run_dir
 from zoo.curves import CurvesProcess, ProcessGone, plot_curves
+from zoo.errors import UserError
 from zoo.files import write_json, write_text
 
 log = logging.getLogger("zoo")
@@ -129,10 +131,9 @@ class RunLogger:
         the first step of a record dropped (start_step if none was)."""
         redone = start_step
         if os.path.exists(path):
-            with open(path) as f:
-                records = [json.loads(line) for line in f if line.strip()]
+            records, torn = _read_records(path)
             history.extend(r for r in records if r["step"] <= start_step and not r.get("final"))
-            if len(history) < len(records):
+            if len(history) < len(records) or torn:  # a torn line goes too: the next record would continue it
                 write_text(path, "".join(json.dumps(r) + "\n" for r in history))
                 redone = min([start_step] + [r["step"] for r in records if r.get("final")])
         self._jsonl = open(path, "a" if history else "w")
@@ -205,6 +206,23 @@ class RunLogger:
         drawn = _background(_plot_or_warn, list(self.history), main_metric, os.path.join(self.out_dir, "curves.png"))
         if not self.plot_in_background:  # a single run returns with its curves drawn
             drawn.result()
+
+
+def _read_records(path: str) -> tuple:
+    """(metrics.jsonl's records, whether its last line was cut short). Such a line (a full disk, a kill while it was
+    written) is left out: it was the run's last write, past its latest checkpoint, so the resumed run redoes it."""
+    with open(path) as f:
+        lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+    records = []
+    for n, line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            if n == lines[-1][0]:
+                return records, True
+            raise UserError(f"line {n} of {os.path.abspath(path)} is damaged (not a JSON record); delete that line "
+                            f"or start in a new {new_run_dir(os.path.dirname(path))}.") from None
+    return records, False
 
 
 def _scalars(record: dict) -> dict:
