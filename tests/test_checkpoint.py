@@ -160,6 +160,49 @@ def test_a_lengthened_run_makes_the_periodic_eval_of_its_old_end(make_cfg, tmp_p
     assert records(tmp_path / "run") == records(tmp_path / "whole")
 
 
+@pytest.mark.parametrize("stopping,end", [([], 6), ([], 8), (["trainer.early_stopping.patience=5"], 6)],
+                         ids=["plain", "plain-at-an-eval-step", "early-stopping"])
+def test_a_lengthened_run_keeps_and_reports_the_best_checkpoint_of_a_run_trained_that_long_at_once(make_cfg,
+                                                                                                     tmp_path,
+                                                                                                     stopping, end):
+    """A run ending at step 6 saved its final state with its final eval, better than the periodic eval at step 4
+    (diabetes at this rate). A run trained 20 steps at once evaluates no state at step 6 (eval_every=4), and saves
+    none at step 8 (checkpoint_every=100, no early stopping): lengthened, the old end must not compete as the best
+    checkpoint, pushing out the best one the run at once keeps and (with early stopping) becoming the state the
+    run reports."""
+    common = ["debug=smoke", "model=linear", "dataset=diabetes", "optimizer=sgd", "optimizer.learning_rate=0.6",
+              "trainer.eval_every=4", "trainer.checkpoint_every=100", *stopping]
+    train(make_cfg(*common, f"trainer.max_steps={end}"))
+    lengthened = train(make_cfg(*common, "trainer.max_steps=20"))
+    whole = train(make_cfg(*common, "trainer.max_steps=20", out="whole"))
+    steps = [sorted(int(p.name) for p in (tmp_path / run / "checkpoints").iterdir()) for run in ("run", "whole")]
+    assert steps[0] == steps[1]
+    for key in ("test", "early_stopping"):
+        assert lengthened.get(key) == whole.get(key)
+    best = [evaluate(eval_cfg(make_cfg, tmp_path / run, "checkpoint=best"))["step"] for run in ("run", "whole")]
+    assert best[0] == best[1] == (4 if stopping else 20)
+    assert records(tmp_path / "run") == records(tmp_path / "whole")
+
+
+def test_a_lengthened_run_killed_once_its_old_end_is_written_unscored_still_makes_the_eval_there(make_cfg, tmp_path,
+                                                                                                   monkeypatch):
+    """The old end (step 8, a periodic eval step) is written again without its final eval before training: a kill
+    right then leaves a run whose rerun must still make and log the periodic eval at step 8."""
+    common = ["debug=smoke", "trainer.eval_every=4", "trainer.checkpoint_every=100"]
+    train(make_cfg(*common, "trainer.max_steps=8"))
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(zoo.train, "fit", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            train(make_cfg(*common, "trainer.max_steps=20"))
+    train(make_cfg(*common, "trainer.max_steps=20"))
+    train(make_cfg(*common, "trainer.max_steps=20", out="whole"))
+    assert records(tmp_path / "run") == records(tmp_path / "whole")
+
+
 def test_a_lengthened_run_early_stopping_ends_at_its_old_end_reports_the_speed_of_the_run_it_continued(make_cfg,
                                                                                                        tmp_path):
     """It trains no step: its examples_per_s (and achieved GFLOP/s) are those of the run that trained its steps,

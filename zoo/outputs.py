@@ -194,8 +194,23 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         _withdraw_results(results_path, start_step)
     saver = _saver(cfg, ckpts, stream, total_steps, early, start_step)
     lengthened = restored is not None and meta.get("total_steps") == start_step < total_steps
+    if lengthened and ckpts is not None and not _scored_at_once(cfg, start_step, early) and \
+            ckpts.metrics_or_none(start_step):
+        # its old end's checkpoint holds the final eval, where a run trained this long at once saves no scored
+        # checkpoint: kept as scored, it would compete for the best checkpoint (early stopping's report) and push
+        # out the one that run keeps. Written again unscored (and still of the shorter run, so that a rerun after a
+        # kill makes the periodic eval due there), it is kept only while it is the newest, as a stop's would be
+        saver(start_step, host_state, sums, None, wait=True, replace=True, scheduled=start_step)
     return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
                       start_step, host_state, sums, early, eval_at_start=lengthened, continued_speed=continued_speed)
+
+
+def _scored_at_once(cfg: DictConfig, step: int, early) -> bool:
+    """Whether a run training through `step` saves a checkpoint there with eval metrics (zoo.loop.fit): an eval step
+    that is a checkpoint step, or any eval step under early stopping."""
+    eval_every, checkpoint_every = cfg.trainer.eval_every, cfg.trainer.checkpoint_every
+    return bool(eval_every and step % eval_every == 0 and
+                (early is not None or (checkpoint_every and step % checkpoint_every == 0)))
 
 
 def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended: bool) -> None:
@@ -237,7 +252,7 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
     config = OmegaConf.to_container(cfg, resolve=True)
     written = set()  # steps this run has saved: a population saves its final step before finish() asks again
 
-    def later(step, state, sums, eval_metrics=None, replace=False):
+    def later(step, state, sums, eval_metrics=None, replace=False, scheduled=None):
         if ckpts is None:
             return None
         host_state = jax.device_get(state)
@@ -246,7 +261,7 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
                                 f"— {divergence_advice(cfg)}.")
         epoch, index = stream.position(step)  # informative: the step alone decides the next batch
         meta = {"step": step, "epoch": epoch, "index": index, "metrics": eval_metrics, "config": config,
-                "total_steps": total_steps}
+                "total_steps": scheduled or total_steps}
         if early is not None:  # patience survives a preemption
             meta["early_stopping"] = early.state_dict()
 
@@ -265,9 +280,10 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
 
         return write
 
-    def save(step, state, sums, eval_metrics=None, wait=False, replace=False):
-        """`replace`: the step is written again even where it is on disk (its early-stopping counters changed)."""
-        write = later(step, state, sums, eval_metrics, replace)
+    def save(step, state, sums, eval_metrics=None, wait=False, replace=False, scheduled=None):
+        """`replace`: the step is written again even where it is on disk (its early-stopping counters changed).
+        `scheduled`: the run length its metadata records, when not this run's (a lengthened run's old end)."""
+        write = later(step, state, sums, eval_metrics, replace, scheduled)
         if write is not None:
             write()
             if wait:
