@@ -151,6 +151,11 @@ BAD_VALUES = [
                            r"\(its parameters: hidden, activation, dropout\)\."),
     ("schedule=warmup_cosine +schedule.peak_value=0.5", r"schedule\.peak_value is set from optimizer\.learning_rate; "
                                                         r"remove schedule\.peak_value\."),
+    ("+schedule.warmup_steps=3",  # Hydra's hint for schedule.warmup_steps=3 on the default schedule=constant
+     r"^schedule\.warmup_steps is set, but schedule=constant builds no schedule to take it \(the learning rate stays "
+     r"optimizer\.learning_rate\); choose one, e\.g\. schedule=warmup_cosine, or remove schedule\.warmup_steps\.$"),
+    ("~optimizer._target_", r"^optimizer\.learning_rate is set, but optimizer has no _target_ to pass it to; choose "
+                            r"one, e\.g\. optimizer=adamw\.$"),
     ("schedule=warmup_cosine schedule.end_value=-1", r"schedule\.end_value must be a finite learning rate >= 0, "
                                                      r"got -1\."),
     ("optimizer.weight_decay=-0.1", r"optimizer\.weight_decay must be >= 0, got -0\.1\."),

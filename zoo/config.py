@@ -346,6 +346,7 @@ def validate(cfg: DictConfig, new_run: bool = True) -> None:
     validate_placement(cfg)
     for group in ("model", "optimizer", "schedule"):  # before any of them is instantiated
         check_targets(cfg[group], group)
+        _require_a_target(cfg[group], group)
         if cfg[group] is not None and cfg[group].get("_target_") is not None:
             check_arguments(cfg[group], group, ZOO_SET_ARGUMENTS[group])
     _validate_optimizer_ranges(cfg.optimizer)
@@ -355,6 +356,24 @@ def validate(cfg: DictConfig, new_run: bool = True) -> None:
     _validate_model(cfg.model)
     validate_metrics(cfg)
     validate_privacy(cfg, new_run)
+
+
+EXAMPLE_CHOICES = {"model": "model=mlp", "optimizer": "optimizer=adamw", "schedule": "schedule=warmup_cosine"}
+
+
+def _require_a_target(node, group: str) -> None:
+    """Settings of a group with no `_target_` to take them: schedule=constant (null) given a setting, as Hydra's
+    hint for `schedule.warmup_steps=100` has it (`+schedule.warmup_steps=100`), which would fail when built."""
+    if node is None or node.get("_target_") is not None:
+        return
+    key = next((k for k in node if not str(k).startswith("_")), None)
+    choose = f"choose one, e.g. {EXAMPLE_CHOICES[group]}"
+    if key is None:
+        raise UserError(f"{group} names no _target_ to build; {choose}.")
+    if group == "schedule":
+        raise UserError(f"schedule.{key} is set, but schedule=constant builds no schedule to take it (the learning "
+                        f"rate stays optimizer.learning_rate); {choose}, or remove schedule.{key}.")
+    raise UserError(f"{group}.{key} is set, but {group} has no _target_ to pass it to; {choose}.")
 
 
 ZOO_SET_ARGUMENTS = {  # what the zoo passes to each group's _target_ itself
