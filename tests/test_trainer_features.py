@@ -166,6 +166,19 @@ def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, t
                                                     jax.tree.leaves(results["state"].params)))  # the best, again
 
 
+def test_a_run_early_stopping_ended_asked_for_fewer_steps_than_it_trained_is_refused(make_cfg, tmp_path):
+    """Stopped at step 6, it cannot stand for a 4-step run, which would have evaluated its final state at step 4
+    and stopped nowhere: its results.json was reported again as that run's."""
+    train(make_cfg(*STOPPING))
+    results = (tmp_path / "run" / "results.json").read_text()
+    with pytest.raises(UserError, match=r"^hydra\.run\.dir=.*/run holds a run early stopping ended at step 6, past "
+                                        r"the 4 steps trainer\.epochs and trainer\.max_steps now give; restore them "
+                                        r"or choose a new hydra\.run\.dir\.$"):
+        train(make_cfg(*STOPPING, "trainer.max_steps=4"))
+    assert (tmp_path / "run" / "results.json").read_text() == results
+    assert train(make_cfg(*STOPPING, "trainer.max_steps=10"))["steps"] == 6  # as a 10-step run stops there too
+
+
 def test_early_stopping_reports_the_final_state_as_its_best_when_it_beats_every_eval(make_cfg, tmp_path):
     """A run patience never stopped: its final state competes with its periodic evals for the best checkpoint; when
     it wins, early stopping's best and best_step are its, not the last periodic eval's."""

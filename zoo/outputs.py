@@ -146,11 +146,14 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
                             f"best checkpoint, step {early.best_step}, is what it reports); evaluate it with eval.py "
                             f"run_dir={os.path.dirname(os.path.normpath(resume))}, or leave out "
                             f"trainer.early_stopping.patience to train on from step {start_step}.")
-        if restored is not None and start_step > total_steps and not stopped_early:
+        # stopped early past the length asked, it cannot stand for that shorter run: its final state would have
+        # competed for the best checkpoint, and patience would not have stopped it where it did
+        if restored is not None and start_step > total_steps:
             where, instead = ((named_run_dir(out_dir), f"choose a new {new_run_dir(out_dir)}") if own else
                               (f"trainer.resume={cfg.trainer.resume}", "resume from an earlier run"))
+            what = "a run early stopping ended" if stopped_early else "a run"
             raise (RunRefused if own else UserError)(
-                f"{where} holds a run at step {start_step}, past the {total_steps} steps trainer.epochs "
+                f"{where} holds {what} at step {start_step}, past the {total_steps} steps trainer.epochs "
                 f"and trainer.max_steps now give; restore them or {instead}.")
         _check_scheduled_length(cfg, meta, total_steps, ckpts, own)
         ended = start_step == total_steps or stopped_early
