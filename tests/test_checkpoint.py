@@ -501,6 +501,24 @@ def test_resuming_from_a_run_early_stopping_ended_is_one_sentence(make_cfg, tmp_
     train(make_cfg(*common[:4], f"trainer.resume={resume}", out="new"))  # the way out it names
 
 
+@pytest.mark.parametrize("schedule", [[], ["schedule=warmup_cosine", "schedule.warmup_steps=2"]],
+                         ids=["constant", "warmup-cosine"])
+def test_resuming_from_a_finished_run_of_the_same_length_is_one_sentence(make_cfg, tmp_path, schedule):
+    """A new run seeded with a run at its own end trained nothing and wrote a results.json of no train metrics at
+    0.0 examples/s. Only a constant learning rate lets it train on under a longer length."""
+    source = train(make_cfg("debug=smoke", *schedule, out="source"))
+    resume = tmp_path / "source" / "checkpoints"
+    train_on = ", or raise trainer.max_steps or trainer.epochs to train on from step 6" if not schedule else ""
+    with pytest.raises(UserError, match=rf"^trainer\.resume={resume} holds a run at step 6, the 6 steps "
+                                        r"trainer\.epochs and trainer\.max_steps give, so this run would train "
+                                        rf"nothing; evaluate it with eval\.py run_dir={resume.parent}{train_on}\.$"):
+        train(make_cfg("debug=smoke", *schedule, f"trainer.resume={resume}", out="new"))
+    assert not (tmp_path / "new" / "results.json").exists()
+    if not schedule:
+        assert train(make_cfg("debug=smoke", "trainer.max_steps=8", f"trainer.resume={resume}", out="new"))[
+            "start_step"] == source["steps"]
+
+
 def test_rerun_after_preemption_continues_its_own_checkpoints_not_the_source(make_cfg, tmp_path, monkeypatch):
     """trainer.resume=<path> seeds an empty run; once the run has checkpoints of its own it continues from them."""
     train(make_cfg("debug=smoke", "trainer.max_steps=2", out="source"))

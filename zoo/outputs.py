@@ -146,6 +146,14 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
                             f"best checkpoint, step {early.best_step}, is what it reports); evaluate it with eval.py "
                             f"run_dir={os.path.dirname(os.path.normpath(resume))}, or leave out "
                             f"trainer.early_stopping.patience to train on from step {start_step}.")
+        if restored is not None and not own and start_step == total_steps:  # results of no train step at 0.0 ex/s
+            source = os.path.dirname(os.path.normpath(str(cfg.trainer.resume)))
+            longer = cfg.schedule is None and meta["config"].get("schedule") is None  # a schedule spans its length
+            raise UserError(f"trainer.resume={cfg.trainer.resume} holds a run at step {start_step}, the {total_steps} "
+                            f"steps trainer.epochs and trainer.max_steps give, so this run would train nothing; "
+                            f"evaluate it with eval.py run_dir={source}" +
+                            (f", or raise trainer.max_steps or trainer.epochs to train on from step {start_step}."
+                             if longer else "."))
         # stopped early past the length asked, it cannot stand for that shorter run: its final state would have
         # competed for the best checkpoint, and patience would not have stopped it where it did
         if restored is not None and start_step > total_steps:
