@@ -379,19 +379,23 @@ def test_parallel_modes_equal_one_device(make_cfg, mode):
     assert parallel["privacy"] == single["privacy"]  # the truncation too: only the padding splits across devices
 
 
+def _train_preempted_at(stop: int, cfg, monkeypatch) -> None:
+    """Trains `cfg` until a SIGTERM raised as step `stop` is logged, which saves it there."""
+    def sigterm(self, step, *args):
+        if step == stop:
+            signal.raise_signal(signal.SIGTERM)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RunLogger, "progress", sigterm)
+        with pytest.raises(Preempted):
+            train(cfg)
+
+
 def test_resumed_dp_run_is_bitwise_identical_to_uninterrupted(make_cfg, monkeypatch):
     common = ["debug=smoke", *DP, "model.dropout=0.2", "trainer.max_steps=8", "trainer.checkpoint_every=3",
               "trainer.log_every=1"]
     whole = train(make_cfg(*common, out="whole"))
-
-    def sigterm_at_step_5(self, step, *args):
-        if step == 5:
-            signal.raise_signal(signal.SIGTERM)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(RunLogger, "progress", sigterm_at_step_5)
-        with pytest.raises(Preempted):
-            train(make_cfg(*common, out="resumed"))
+    _train_preempted_at(5, make_cfg(*common, out="resumed"), monkeypatch)
     for changed in ("privacy.noise_multiplier=2.0", "seed=1", "trainer.batch_size=8", "trainer.max_steps=10"):
         with pytest.raises(UserError, match=re.escape(changed.split("=")[0])):  # other steps were accounted
             train(make_cfg(*common, changed, out="resumed"))
@@ -413,15 +417,7 @@ def test_a_dp_run_resumed_on_another_device_count_records_the_truncation_its_ste
               "trainer.log_every=1"]
     whole = {"first": train(make_cfg(*common, *first, out="first")), "then": train(make_cfg(*common, *then,
                                                                                              out="then"))}
-
-    def sigterm_at_step_6(self, step, *args):
-        if step == 6:
-            signal.raise_signal(signal.SIGTERM)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(RunLogger, "progress", sigterm_at_step_6)
-        with pytest.raises(Preempted):
-            train(make_cfg(*common, *first, out="resumed"))
+    _train_preempted_at(6, make_cfg(*common, *first, out="resumed"), monkeypatch)
     resumed = train(make_cfg(*common, *then, out="resumed"))
     assert resumed["start_step"] == 6
     assert resumed["privacy"] == whole["first"]["privacy"] == whole["then"]["privacy"]
