@@ -1,6 +1,7 @@
 """DP-SGD: per-example gradients, clipping and noise, Poisson sampling, the accountant, modes and resume."""
 import functools
 import json
+import logging
 import math
 import re
 import signal
@@ -403,6 +404,15 @@ def test_resumed_dp_run_is_bitwise_identical_to_uninterrupted(make_cfg, monkeypa
     assert resumed["start_step"] == 5
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(whole["state"]), jax.tree.leaves(resumed["state"])))
     assert whole["privacy"] == resumed["privacy"] and whole["test"] == resumed["test"]
+
+
+def test_the_plan_line_names_the_rows_samples_are_truncated_at_on_several_devices(make_cfg, caplog):
+    """It said 'batches of 44 rows' where a batch on 3 devices is padded to 45: the 44 are the truncation."""
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        results = train(make_cfg("debug=smoke", *DP, *MODELS["linear-diabetes"], "trainer.max_steps=2",
+                                 "parallel=sharded", "parallel.cpu_devices=3"))
+    rows = re.search(r"truncated at (\d+)\)", results["privacy"]["sampling"]).group(1)
+    assert f"; samples truncated at {rows} rows (expected " in caplog.text
 
 
 @pytest.mark.parametrize("first, then", [(["parallel=sharded", "parallel.cpu_devices=3"], ["parallel=none"]),

@@ -119,7 +119,8 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
                     "privacy.noise_multiplier=%s: training stops at step %d.", p.target_epsilon, total_steps,
                     planned_steps, sigma, total_steps)
     summary = (f"DP-SGD: q={q:.4g}, noise multiplier {sigma:.4g}, l2 clip {p.l2_clip}, epsilon {eps:.4g} at delta "
-               f"{delta:.3g} after {total_steps} steps; batches of {rows} rows (expected {batch_size} examples)")
+               f"{delta:.3g} after {total_steps} steps; samples truncated at {rows} rows (expected {batch_size} "
+               "examples)")
     return PrivacyPlan(q, float(sigma), float(p.l2_clip), delta, accountant_delta, overflow, rows, total_steps,
                        planned_steps, p.target_epsilon, p.accountant,
                        PoissonStream(train_split, batch_size, cfg.seed, rows, num_devices), summary)
