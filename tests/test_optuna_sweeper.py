@@ -87,6 +87,25 @@ def test_grid_covers_the_basic_sweepers_grid_and_finds_the_same_best(tmp_path):
     assert OmegaConf.load(tmp_path / "optimization_results.yaml").best_value == basic_best
 
 
+def test_a_grid_run_in_full_says_so_and_leaves_the_sweeps_files_as_they_were(tmp_path, caplog):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    grid = {"optimizer.learning_rate": "choice(0.001, 0.01)", "trainer.batch_size": "choice(16, 32)"}
+    make_sweep(tmp_path, RecordingLauncher(), sampler=GridSamplerConfig(seed=0), params=grid, storage=storage,
+               n_trials=10).sweep([])
+    (tmp_path / "summary.md").write_text("the first command's summary")
+    (tmp_path / "multirun.yaml").write_text("the first command's plan")
+    launcher = RecordingLauncher()
+    with caplog.at_level("INFO", logger="zoo"):  # the same grid with another fixed value: nothing runs under it
+        study = make_sweep(tmp_path, launcher, sampler=GridSamplerConfig(seed=0), params=grid, storage=storage,
+                           n_trials=10).sweep(["trainer.epochs=5"])
+    assert launcher.calls == [] and len(study.trials) == 4
+    assert (f"Study test in {storage}: every point of its grid (4) has run already, so this command runs none; its "
+            f"summary: {tmp_path / 'summary.md'}") in caplog.text
+    assert "0 trials to run" not in caplog.text
+    assert (tmp_path / "multirun.yaml").read_text() == "the first command's plan"
+    assert (tmp_path / "summary.md").read_text() == "the first command's summary"
+
+
 def test_a_grid_walks_a_float_range_as_hydras_range_yields_it(tmp_path):
     launcher = RecordingLauncher(objective=lambda params: float(params["model.dropout"]))
     grid = {"model.dropout": "range(0.0, 0.3, 0.1)", "trainer.batch_size": "choice(16, 32)"}

@@ -245,8 +245,14 @@ class OptunaSweep:
             done = sum(t.state.is_finished() and all(t.params.get(k) in v for k, v in grid.items())
                        for t in study.trials)  # of this grid: a rerun with another grid runs its new points
             n_trials = min(n_trials, math.prod(len(v) for v in grid.values()) - done)
-        log.info("Study %s in %s: %d trials to run, %d at a time, directions %s", study.study_name,
-                 self.storage or "memory", n_trials, self.n_jobs, self.directions)
+        if is_grid and n_trials <= 0:
+            summary = os.path.join(str(self.config.hydra.sweep.dir), "summary.md")
+            log.info("Study %s in %s: every point of its grid (%d) has run already, so this command runs none%s",
+                     study.study_name, self.storage or "memory", math.prod(len(v) for v in grid.values()),
+                     f"; its summary: {summary}" if os.path.isfile(summary) else "")
+        else:
+            log.info("Study %s in %s: %d trials to run, %d at a time, directions %s", study.study_name,
+                     self.storage or "memory", n_trials, self.n_jobs, self.directions)
         while n_trials > 0:
             asked_from = len(study.get_trials(deepcopy=False))
             try:
@@ -256,7 +262,7 @@ class OptunaSweep:
                 raise
             self._run(study, trials, space, optuna)
             n_trials -= len(trials)
-        self._save_plan()  # a grid with no point left to run
+        # a grid with no point left to run leaves multirun.yaml as it was: no job ran this command's plan
         self._write_results(study, optuna)
         return study
 
