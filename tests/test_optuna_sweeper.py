@@ -148,9 +148,33 @@ def test_a_failed_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_pa
     assert all(t.params["trainer.batch_size"] == 64 for t in failed)
     assert {t.user_attrs["fail_reason"] for t in failed} == {"FloatingPointError: loss diverged"}
 
+
+
+def test_a_batch_failing_past_max_failure_rate_stops_the_sweep_in_one_sentence_naming_it(tmp_path):
+    def objective(params):
+        if params["trainer.batch_size"] == "64":
+            raise FloatingPointError("loss diverged")
+        return score(params)
+
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    grid = {"trainer.batch_size": "choice(16, 64)", "optimizer.learning_rate": "choice(0.01)"}
+    launcher = RecordingLauncher(objective)
+    with pytest.raises(UserError, match=r"^the sweep stopped: 1 of the 2 trials of its last batch failed, more than "
+                                        r"hydra\.sweeper\.max_failure_rate=0\.4 allows \(trial (\d) failed: "
+                                        r"FloatingPointError: loss diverged\); raise hydra\.sweeper\.max_failure_rate "
+                                        r"\(1\.0: never stop\) to go on past failed trials\.$") as raised:
+        make_sweep(tmp_path, launcher, sampler=GridSamplerConfig(seed=0), params=grid, storage=storage, n_trials=6,
+                   n_jobs=2, max_failure_rate=0.4).sweep([])
+    assert len(launcher.calls) == 1
+    study = optuna.load_study(study_name="test", storage=storage)
+    failed = int(re.search(r"trial (\d) failed", str(raised.value)).group(1))
+    assert study.trials[failed].state == optuna.trial.TrialState.FAIL
+    assert study.trials[failed].params["trainer.batch_size"] == 64
+
     strict = make_sweep(tmp_path, RecordingLauncher(objective), n_trials=8, max_failure_rate=0.0)
-    with pytest.raises(FloatingPointError, match="loss diverged"):
+    with pytest.raises(UserError, match="more than hydra.sweeper.max_failure_rate=0.0 allows") as raised:
         strict.sweep(["trainer.batch_size=64"])
+    assert isinstance(raised.value.__cause__, FloatingPointError)  # its traceback, for HYDRA_FULL_ERROR=1
 
 
 def test_a_stored_study_continues_with_n_trials_new_trials(tmp_path):
@@ -287,7 +311,9 @@ def test_a_stopped_trial_refused_under_other_settings_stays_stopped_for_the_swee
     def refused(params):
         raise refusal
 
-    with pytest.raises(RunRefused):  # the sweep ends with the refusal's sentence, as for any failed trial
+    with pytest.raises(UserError, match=r"max_failure_rate=0\.0 allows \(trial 0 stays stopped: RunRefused: hydra"
+                                        r"\.run\.dir=.*; rerun the sweep's own command to go on with it, or choose a "
+                                        r"new hydra\.sweep\.dir\); raise"):  # the refusal's sentence, whole
         make_sweep(tmp_path, RecordingLauncher(refused), storage=storage, n_trials=1).sweep([])
     assert trial_link.job_outcome(str(tmp_path / "0"), str(tmp_path))[1]["status"] == "stopped"
     assert [t.state.name for t in optuna.load_study(study_name="test", storage=storage).trials] == ["RUNNING"]

@@ -351,12 +351,18 @@ class OptunaSweep:
             if not _a_stop(e):  # e.g. an override no config takes: rerun, they would fail again
                 self._settle_unreturned(study, trials, e, optuna)
             raise
-        errors = [e for e in (self._tell(study, t, ret, optuna, continued=t.number in job_dirs)
-                              for t, ret in zip(trials, returns)) if e]
-        if len(errors) > self.max_failure_rate * len(returns):
-            log.error("%d of %d trials failed, more than hydra.sweeper.max_failure_rate=%s allows",
-                      len(errors), len(returns), self.max_failure_rate)
-            raise errors[0]
+        failed = [(t, e) for t, e in ((t, self._tell(study, t, ret, optuna, continued=t.number in job_dirs))
+                                      for t, ret in zip(trials, returns)) if e]
+        if len(failed) > self.max_failure_rate * len(returns):
+            # the last line names the setting that stopped the sweep, not only the first failed trial's reason
+            trial, error = failed[0]
+            # a UserError's sentence whole: its last words say what to change
+            reason = f"{type(error).__name__}: {error}" if isinstance(error, UserError) else brief(error)
+            outcome = "stays stopped" if trial.number in job_dirs and isinstance(error, RunRefused) else "failed"
+            raise UserError(f"the sweep stopped: {len(failed)} of the {len(returns)} trials of its last batch failed, "
+                            f"more than hydra.sweeper.max_failure_rate={self.max_failure_rate} allows (trial "
+                            f"{trial.number} {outcome}: {reason.rstrip('.')}); raise "
+                            "hydra.sweeper.max_failure_rate (1.0: never stop) to go on past failed trials.") from error
 
     def _save_plan(self, overrides=()) -> None:
         """Compose each job of a batch (as Hydra's sweepers do before launching one; a launcher in this process then
