@@ -190,6 +190,12 @@ BAD_VALUES = [
                                 r"counts, the same at every eval, so it ranks no checkpoint; use one of \['loss', "
                                 r"'accuracy'\] or null\.$"),
     ("checkpoint.metric=count checkpoint.mode=max", r"^checkpoint\.metric=count is the number of examples"),
+    ("checkpoint.mode=min", r"^checkpoint\.mode=min would keep the lowest accuracy \(checkpoint\.metric=null: the "
+                            r"task's\) as the best checkpoint, and early stopping would wait for it to fall; set "
+                            r"checkpoint\.mode=max or leave it null \(it follows the metric\)\.$"),
+    ("dataset=diabetes checkpoint.metric=mse checkpoint.mode=max",
+     r"^checkpoint\.mode=max would keep the highest mse as the best checkpoint, and early stopping would wait for it "
+     r"to rise; set checkpoint\.mode=min or leave it null \(it follows the metric\)\.$"),
     ("parallel.cpu_devices=1000", r"parallel\.cpu_devices must be between 1 and 512 \(or null\), got 1000\."),
     ("parallel.cpu_devices=16", r"parallel\.cpu_devices=16 but this process already started JAX with 8 CPU "
                                 r"device\(s\); lower parallel\.cpu_devices or start a fresh process \(a multirun's "

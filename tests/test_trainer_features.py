@@ -87,10 +87,10 @@ def test_a_k_step_calls_flops_count_is_one_steps(make_cfg, model):
 
 # --- Early stopping --------------------------------------------------------------------------------------------
 
-# The loss falls from eval to eval; counting the highest loss as best makes only the first eval (step 2) an
-# improvement, so the evals at 4 and 6 exhaust the patience and the run ends at 6 of 20 steps.
+# The loss falls from eval to eval, never by min_delta: only the first eval (step 2) counts as an improvement, so the
+# evals at 4 and 6 exhaust the patience and the run ends at 6 of 20 steps.
 STOPPING = [*SGD, "trainer.max_steps=20", "trainer.eval_every=2", "trainer.log_every=1", "checkpoint.metric=loss",
-            "checkpoint.mode=max", "trainer.early_stopping.patience=2"]
+            "trainer.early_stopping.min_delta=100", "trainer.early_stopping.patience=2"]
 
 
 def test_min_delta_decides_what_counts_as_an_improvement():
@@ -149,15 +149,18 @@ def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, t
     assert results["steps"] == 6
     logged = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert max(r["step"] for r in logged) == 6
-    at_2 = next(r for r in logged if r["split"] == "test" and r["step"] == 2)
+    at_2, at_6 = (next(r for r in logged if r["split"] == "test" and r["step"] == s and not r.get("final"))
+                  for s in (2, 6))
+    # the best checkpoint is the lowest loss, at 6: a fall smaller than min_delta resets no patience, yet is lower
     assert results["early_stopping"] == {"best": at_2["loss"], "best_step": 2, "bad_evals": 2, "stopped_step": 6,
-                                         "best_checkpoint_step": 2}
-    assert results["test"] == {k: v for k, v in at_2.items() if k not in ("step", "split")}
+                                         "best_checkpoint_step": 6}
+    assert at_6["loss"] < at_2["loss"]
+    assert results["test"] == {k: v for k, v in at_6.items() if k not in ("step", "split")}
     final = [r for r in logged if r.get("final")]  # the best checkpoint's evals, at its step: one result a step
-    assert [(r["split"], r["step"]) for r in final] == [("test", 2)]
-    assert {k: v for k, v in final[0].items() if k != "final"} == at_2
+    assert [(r["split"], r["step"]) for r in final] == [("test", 6)]
+    assert {k: v for k, v in final[0].items() if k != "final"} == at_6
     evaluated = evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="eval"))  # checkpoint=final
-    assert (evaluated["step"], evaluated["metrics"]) == (2, results["test"])  # what results.json reports
+    assert (evaluated["step"], evaluated["metrics"]) == (6, results["test"])  # what results.json reports
     assert evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", "checkpoint=latest", config_name="eval"))["step"] == 6
     again = train(make_cfg(*STOPPING))  # the same command on a stopped run does not train on: its results stand
     assert again["steps"] == 6 and again["test"] == results["test"]

@@ -355,6 +355,8 @@ def validate(cfg: DictConfig, new_run: bool = True) -> None:
                  f"schedule.{key} must be a finite learning rate >= 0, got {value!r}.")
     _validate_model(cfg.model)
     validate_metrics(cfg)
+    if new_run:  # a run saved so still reads in eval.py: its checkpoints are what they are
+        _validate_checkpoint_mode(cfg)
     validate_privacy(cfg, new_run)
 
 
@@ -374,6 +376,20 @@ def _require_a_target(node, group: str) -> None:
         raise UserError(f"schedule.{key} is set, but schedule=constant builds no schedule to take it (the learning "
                         f"rate stays optimizer.learning_rate); {choose}, or remove schedule.{key}.")
     raise UserError(f"{group}.{key} is set, but {group} has no _target_ to pass it to; {choose}.")
+
+
+def _validate_checkpoint_mode(cfg: DictConfig) -> None:
+    """checkpoint.mode against the direction of a metric that has one kept the worst checkpoint as the best, and
+    early stopping waited for the metric to get worse."""
+    metric, mode = cfg.checkpoint.metric, cfg.checkpoint.mode
+    named = metric or OBJECTIVES.get(cfg.dataset.task)
+    right = METRIC_MODES.get(named)
+    if mode is None or right is None or mode == right:
+        return
+    which = f"{named} (checkpoint.metric=null: the task's)" if metric is None else named
+    raise UserError(f"checkpoint.mode={mode} would keep the {'highest' if mode == 'max' else 'lowest'} {which} as the "
+                    f"best checkpoint, and early stopping would wait for it to {'rise' if mode == 'max' else 'fall'}; "
+                    f"set checkpoint.mode={right} or leave it null (it follows the metric).")
 
 
 ZOO_SET_ARGUMENTS = {  # what the zoo passes to each group's _target_ itself
