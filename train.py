@@ -8,7 +8,8 @@ with loading_libraries():  # imports first, without the garbage collector (see z
 
     from zoo.cli import complete_despite_sigterm, main_with_one_line_ctrl_c, run_task
     from zoo.command_line import (overrides_then_flags, quote_paths, refuse_mistyped_values, refuse_null_groups,
-                                  refuse_resolve_without_run_dir, refuse_search_without_multirun)
+                                  refuse_resolve_without_run_dir, refuse_search_without_multirun,
+                                  refuse_settings_of_an_unused_schedule)
     from zoo.config import TrainConfig, register_configs
     from zoo.population.launch import trains_populations
     from zoo.population.train import train_population, trains_alone
@@ -29,6 +30,7 @@ if __name__ == "__main__":
     sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
     refuse_null_groups(sys.argv[1:])
     refuse_mistyped_values(sys.argv[1:], TrainConfig)
+    refuse_settings_of_an_unused_schedule(sys.argv[1:])
     refuse_search_without_multirun(sys.argv[1:])
     refuse_resolve_without_run_dir(sys.argv[1:])
     main_with_one_line_ctrl_c(main)

@@ -602,6 +602,25 @@ def test_a_value_of_the_wrong_type_is_one_sentence_naming_the_type(data_dir, tmp
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("args", [["schedule.warmup_steps=100"], ["schedule=constant", "schedule.warmup_steps=100"],
+                                  ["experiment=digits_cnn_cosine", "schedule=constant", "schedule.warmup_steps=100"]],
+                         ids=["default", "chosen", "chosen-after-a-preset"])
+def test_a_setting_of_a_schedule_the_run_does_not_use_is_one_sentence(data_dir, tmp_path, args):
+    """On the default schedule=constant it ended in Hydra's 'Could not override schedule.warmup_steps' and its hint to
+    add it with +, exit 1, where +schedule.warmup_steps=100 already gets this sentence."""
+    done = run([*args, f"hydra.run.dir={tmp_path / 'run'}"], data_dir)
+    assert done.returncode == 2 and done.stderr == (
+        "error: schedule.warmup_steps is set, but schedule=constant builds no schedule to take it (the learning rate "
+        "stays optimizer.learning_rate); choose one, e.g. schedule=warmup_cosine, or remove schedule.warmup_steps.\n"
+    ), done.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_setting_of_the_schedule_a_preset_chooses_is_not_refused(data_dir, tmp_path):
+    done = run(["experiment=digits_cnn_cosine", "schedule.warmup_steps=100", "--cfg", "job"], data_dir)
+    assert done.returncode == 0 and "warmup_steps: 100" in done.stdout, done.stderr
+
+
 @pytest.mark.parametrize("sweep", ["trainer.epochs=interval(1,3)",
                                    "optimizer.learning_rate=tag(log,interval(1e-4,1e-1))"])
 def test_an_interval_in_a_grid_is_one_sentence_before_the_sweep_dir_is_made(data_dir, tmp_path, sweep):

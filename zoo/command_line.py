@@ -33,6 +33,52 @@ def refuse_null_groups(argv: list, conf_dir: str = CONF_DIR) -> None:
                                 f"{', '.join(options)} (or ~{group} to leave out an optional group)."))
 
 
+def refuse_settings_of_an_unused_schedule(argv: list, conf_dir: str = CONF_DIR) -> None:
+    """`schedule.warmup_steps=100` on schedule=constant (the default) ended in Hydra's 'Could not override', exit 1,
+    and its hint, `+schedule.warmup_steps=100`, is then refused by the zoo: its sentence at once instead, exit 2. Only
+    for a key of another schedule option, on a schedule decided here (a sweep of schedules, or a preset on the command
+    line that chooses one, is left to Hydra)."""
+    from omegaconf import OmegaConf
+
+    def settings(option: str):  # empty for an option that builds no schedule (schedule: null)
+        path = os.path.join(conf_dir, "schedule", f"{option}.yaml")
+        if not os.path.isfile(path):
+            return None  # not an option: Hydra's own error names them
+        node = OmegaConf.load(path)
+        return {k for k in (node.schedule or {} if "schedule" in node else node) if not str(k).startswith("_")}
+
+    chosen = None
+    for before, arg in zip([""] + argv, argv):
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+") == "schedule" and before not in FLAGS_WITH_VALUES:
+            chosen = value.strip()
+    if chosen is None:
+        if any(_chooses_a_schedule(arg, conf_dir) for arg in argv):
+            return
+        chosen = "constant"  # conf/train.yaml's
+    if "," in chosen or "(" in chosen or settings(chosen) != set():  # a sweep, a schedule taking settings, a typo
+        return
+    others = set().union(*(settings(f.removesuffix(".yaml"))
+                           for f in os.listdir(os.path.join(conf_dir, "schedule")) if f.endswith(".yaml")))
+    for before, arg in zip([""] + argv, argv):
+        key, sep, _ = arg.partition("=")
+        if sep and key.startswith("schedule.") and before not in FLAGS_WITH_VALUES \
+                and key.removeprefix("schedule.") in others:
+            from zoo.config import unscheduled_setting
+
+            exit_with(UserError(unscheduled_setting(key.removeprefix("schedule."))))
+
+
+def _chooses_a_schedule(arg: str, conf_dir: str) -> bool:
+    """Whether `arg` chooses an option (experiment=digits_cnn_cosine) whose defaults override /schedule."""
+    key, sep, value = arg.partition("=")
+    path = os.path.join(conf_dir, key.lstrip("+"), f"{value.strip()}.yaml")
+    if not sep or not os.path.isfile(path):
+        return False
+    with open(path) as f:
+        return "/schedule:" in f.read()
+
+
 FLAGS_WITH_VALUES = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg", "-p",
                      "--package", "-i", "--info", "--experimental-rerun")
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}

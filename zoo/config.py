@@ -373,8 +373,7 @@ def _require_a_target(node, group: str) -> None:
     if key is None:
         raise UserError(f"{group} names no _target_ to build; {choose}.")
     if group == "schedule":
-        raise UserError(f"schedule.{key} is set, but schedule=constant builds no schedule to take it (the learning "
-                        f"rate stays optimizer.learning_rate); {choose}, or remove schedule.{key}.")
+        raise UserError(unscheduled_setting(key))
     raise UserError(f"{group}.{key} is set, but {group} has no _target_ to pass it to; {choose}.")
 
 
@@ -390,6 +389,12 @@ def _validate_checkpoint_mode(cfg: DictConfig) -> None:
     raise UserError(f"checkpoint.mode={mode} would keep the {'highest' if mode == 'max' else 'lowest'} {which} as the "
                     f"best checkpoint, and early stopping would wait for it to {'rise' if mode == 'max' else 'fall'}; "
                     f"set checkpoint.mode={right} or leave it null (it follows the metric).")
+
+
+def unscheduled_setting(key: str) -> str:
+    """The sentence for schedule.<key> set on schedule=constant, from the config or the command line."""
+    return (f"schedule.{key} is set, but schedule=constant builds no schedule to take it (the learning rate stays "
+            f"optimizer.learning_rate); choose one, e.g. {EXAMPLE_CHOICES['schedule']}, or remove schedule.{key}.")
 
 
 ZOO_SET_ARGUMENTS = {  # what the zoo passes to each group's _target_ itself
