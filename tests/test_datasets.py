@@ -418,6 +418,18 @@ def test_a_catalog_dataset_whose_images_differ_in_shape_is_named_so_not_damaged(
             load_dataset(cfg.dataset, cfg.paths.data_dir)
 
 
+@pytest.mark.parametrize("num_classes", [100, 5])
+def test_a_num_classes_other_than_the_catalog_datasets_own_is_refused(make_cfg, num_classes):
+    """dataset=cifar10 dataset.num_classes=100 trained a model of 100 outputs, 90 of them for no label; too few
+    classes were told only once a label reached them."""
+    cfg = make_cfg("dataset=cifar10", f"dataset.num_classes={num_classes}")
+    with tfds.testing.mock_data(num_examples=4):
+        with pytest.raises(UserError, match=rf"^dataset=cifar10 has 10 classes \(its label's ClassLabel\), not the "
+                                            rf"{num_classes} dataset\.num_classes={num_classes} gives; set "
+                                            r"dataset\.num_classes=10\.$"):
+            load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
 class ZooTestTrainOnly(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """A catalog-like dataset prepared with a train split alone (as eurosat, tf_flowers, cats_vs_dogs are)."""
 

@@ -356,6 +356,17 @@ def _refuse_other_features(cfg, info, keys) -> None:
                         "(e.g. mnist, fashion_mnist, cifar10).")
 
 
+def _refuse_other_classes(cfg, info, label_key: str) -> None:
+    """dataset.num_classes above the count the dataset's own info states trained outputs no label reaches (below it,
+    the first label past it was refused without the count to set)."""
+    label = info.features[label_key] if info.features is not None else None
+    count = label.num_classes if isinstance(label, tfds.features.ClassLabel) else None
+    if count and cfg.task == "classification" and cfg.num_classes != count:
+        raise UserError(f"{_catalog_name(cfg)} has {count} classes (its {label_key}'s ClassLabel), not the "
+                        f"{cfg.num_classes} dataset.num_classes={cfg.num_classes} gives; set "
+                        f"dataset.num_classes={count}.")
+
+
 def _read_arrays(sources, keys, expected) -> dict:
     """From the decoded copy beside the prepared dataset when it matches it; else decode the records, check
     the counts and keep a copy for the next run."""
@@ -413,6 +424,7 @@ def read_splits(cfg, data_dir: str) -> dict:
         sources = builder.as_data_source(split=list(SPLITS)) if cfg.embedded else _open_catalog(cfg, data_dir)
         if not cfg.embedded:
             _refuse_other_features(cfg, sources[0].dataset_info, keys)
+            _refuse_other_classes(cfg, sources[0].dataset_info, keys[1])
         arrays = _read_arrays(sources, keys, expected)
     except UserError:
         raise
