@@ -344,11 +344,11 @@ def refuse_training_settings(argv: list, script: str, schema, conf_dir: str = CO
 def _chosen_groups(script: str, conf_dir: str) -> set:
     """The config groups whose options the command's own config (conf/eval.yaml for eval.py) chooses: parallel and
     distributed for eval.py and export.py, none for predict.py."""
-    import yaml
+    from omegaconf import OmegaConf
 
-    with open(os.path.join(conf_dir, script.removesuffix(".py") + ".yaml")) as f:
-        defaults = yaml.safe_load(f).get("defaults") or []
-    return {key for entry in defaults if isinstance(entry, dict) for key in entry if not key.startswith("override ")}
+    defaults = OmegaConf.to_container(OmegaConf.load(os.path.join(conf_dir, script.removesuffix(".py") + ".yaml")))
+    return {key for entry in defaults.get("defaults") or [] if isinstance(entry, dict) for key in entry
+            if not key.startswith("override ")}
 
 
 def refuse_values_that_are_not_lists(argv: list, schema) -> None:
