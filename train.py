@@ -1,7 +1,13 @@
 """Train a model: `python train.py model=cnn dataset=digits parallel=none` (see conf/)."""
 import sys
 
-from zoo.startup import loading_libraries
+from zoo.startup import loading_libraries, stop_on_sigterm_as_on_ctrl_c
+
+if __name__ == "__main__" and not {"-m", "--multirun"} & set(sys.argv[1:]):  # before the imports
+    # a single run: SIGTERM before its train loop (which saves and stops on one) ended it without a word, leaving a
+    # run directory with .hydra/ and train.log but no checkpoint; it now ends it in one line, exit 143. A sweep's
+    # jobs keep SIGTERM's default while they are set up (zoo.preemption.job_starts)
+    stop_on_sigterm_as_on_ctrl_c()
 
 with loading_libraries():  # imports first, without the garbage collector (see zoo/startup.py)
     import hydra

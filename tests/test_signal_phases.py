@@ -75,23 +75,38 @@ def test_sigterm_after_a_run_completed_exits_0(data_dir, tmp_path):
     assert json.loads((run_dir / "results.json").read_text())["test"]["count"] == 359
 
 
-def test_sigterm_before_training_ends_the_process_at_once(data_dir, tmp_path):
-    """Nothing is trained yet, so nothing is saved: SIGTERM keeps its default (exit 143 in a shell), which also
-    keeps a stuck set-up (a dataset download, say) killable."""
+@pytest.mark.parametrize("phase", [("zoo.train", "build"), ("zoo.train", "open_outputs"),
+                                   ("zoo.train", "describe")], ids=["build", "open-outputs", "describe"])
+def test_sigterm_before_training_ends_in_one_line_and_the_same_command_trains(data_dir, tmp_path, phase):
+    """Nothing is trained yet, so nothing is saved: the process ends at once. It died of the signal without a word
+    (the shell's 'Terminated'), leaving .hydra/ and train.log; it now says so in one line, exit 143, and the same
+    command then trains the run in that directory as if it had never been started."""
     run_dir = tmp_path / "run"
-    stopped = train_signalled_in("zoo.train", "build", ["debug=smoke", f"hydra.run.dir={run_dir}"], data_dir)
-    assert stopped.returncode == -signal.SIGTERM
+    args = ["debug=smoke", f"hydra.run.dir={run_dir}"]
+    stopped = train_signalled_in(*phase, args, data_dir)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        "error: stopped by SIGTERM; checkpoints already written are kept and the same command resumes from the newest "
+        "one.")
     assert not (run_dir / "results.json").exists() and not list(run_dir.glob("checkpoints/*"))
+    again = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["steps"] == 6 and results["start_step"] == 0 and results["test"]["count"] == 359
 
 
 def test_sigterm_while_a_dataset_is_prepared_leaves_nothing_the_rerun_reads(tmp_path):
-    """SIGTERM keeps its default while the data is prepared (the process ends at once, 143): TFDS's incomplete.*
-    directory stays, and the rerun prepares the dataset again from scratch, as a run never stopped does."""
+    """SIGTERM while the data is prepared ends the process in one line, exit 143 (it died of the signal without a
+    word), and nothing prepared is left; the rerun prepares the dataset again from scratch, as a run never stopped
+    does."""
     args = ["debug=smoke", "dataset=synthetic_linear", "model=linear", "dataset.num_examples=500"]
     stopped = train_signalled_in("tensorflow_datasets.core.writer", "Writer.finalize",
                                  [*args, f"hydra.run.dir={tmp_path / 'run'}"], str(tmp_path / "data"))
-    assert stopped.returncode == -signal.SIGTERM
-    assert list((tmp_path / "data").rglob("incomplete.*")) and not list((tmp_path / "data").rglob("dataset_info.json"))
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert stopped.stderr.strip().splitlines()[-1].startswith(
+        "error: stopped by SIGTERM while preparing dataset=synthetic_linear in paths.data_dir=")
+    assert not list((tmp_path / "data").rglob("dataset_info.json"))
     for data, run in (("data", "run"), ("fresh", "clean")):
         done = subprocess.run([sys.executable, "train.py", *args, f"hydra.run.dir={tmp_path / run}"], cwd=ROOT,
                               env=subprocess_env(str(tmp_path / data)), capture_output=True, text=True, timeout=300)

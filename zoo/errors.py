@@ -6,6 +6,8 @@ import sys
 
 from hydra.errors import CompactHydraException
 
+from zoo.startup import Terminated
+
 
 class UserError(CompactHydraException):
     """A setting, file or directory the user must change; the message names it. (A Hydra compact exception:
@@ -24,6 +26,12 @@ class Interrupted(UserError):
     """Ctrl-C at a moment where nothing half-done is kept (e.g. while a dataset is being prepared)."""
 
     exit_code = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+    def __init__(self, message: str, stop: KeyboardInterrupt | None = None):
+        """`stop`: what interrupted it; a SIGTERM (zoo.startup.Terminated) exits 143, 128 + SIGTERM."""
+        super().__init__(message)
+        if isinstance(stop, Terminated):
+            self.exit_code = 143
 
 
 class ProcessesNotJoined(UserError):

@@ -96,9 +96,9 @@ _unseen_interrupt = None  # a Ctrl-C before the train loop whose KeyboardInterru
 def interrupts_remembered():
     """Ctrl-C raises KeyboardInterrupt as usual, and is remembered until a train loop starts. Raised inside a
     garbage-collection callback (JAX runs one while compiling) Python only prints it and goes on: the loop then
-    stops at its first call boundary (log, eval or checkpoint step) instead of training to the end. (SIGTERM
-    before the loop keeps its default: the process ends at once, having trained nothing yet. A command that reads
-    runs stops on SIGTERM as on Ctrl-C, with zoo.startup.Terminated.)"""
+    stops at its first call boundary (log, eval or checkpoint step) instead of training to the end. (A single run,
+    or a command that reads runs, stops on SIGTERM as on Ctrl-C, with zoo.startup.Terminated; a sweep's job keeps
+    SIGTERM's default before its loop: the process ends at once, having trained nothing yet.)"""
     global _unseen_interrupt
     _unseen_interrupt = None
     if threading.current_thread() is not threading.main_thread():
@@ -110,7 +110,7 @@ def interrupts_remembered():
         _unseen_interrupt = signum
         raise interrupt_of(signum)
 
-    # a command that reads runs stops on SIGTERM as on Ctrl-C (zoo.startup.stop_on_sigterm_as_on_ctrl_c)
+    # a single run or a command that reads runs stops on SIGTERM as on Ctrl-C (zoo.startup.stop_on_sigterm_as_on_ctrl_c)
     signals = (signal.SIGINT, signal.SIGTERM) if stops_on_sigterm_as_on_ctrl_c() else (signal.SIGINT,)
     previous = {s: signal.signal(s, handler) for s in signals}
     try:

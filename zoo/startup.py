@@ -14,22 +14,24 @@ import sys
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM to a command that only reads runs (eval.py, export.py, predict.py): it stops as on Ctrl-C, what it
-    was writing undone, and exits 143 (128 + SIGTERM) with its line."""
+    """SIGTERM to a command that only reads runs (eval.py, export.py, predict.py), or to a single training run
+    before its train loop: it stops as on Ctrl-C, what it was writing undone, and exits 143 (128 + SIGTERM) with
+    its line."""
 
 
 _sigterm_as_ctrl_c = False
 
 
 def stop_on_sigterm_as_on_ctrl_c() -> None:
-    """For the commands that read runs, before anything else: SIGTERM's default ended them without a word."""
+    """For the commands that read runs and single training runs, before anything else: SIGTERM's default ended them
+    without a word. (A run's train loop handles SIGTERM itself: it saves and stops, zoo.preemption.)"""
     global _sigterm_as_ctrl_c
     _sigterm_as_ctrl_c = True
     signal.signal(signal.SIGTERM, _terminated)
 
 
 def stops_on_sigterm_as_on_ctrl_c() -> bool:
-    """Whether this process is a command that reads runs (stop_on_sigterm_as_on_ctrl_c)."""
+    """Whether this process is a command that reads runs or a single training run (stop_on_sigterm_as_on_ctrl_c)."""
     return _sigterm_as_ctrl_c
 
 

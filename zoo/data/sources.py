@@ -18,6 +18,7 @@ from zoo.config import builder_name
 from zoo.data import decoded
 from zoo.data.embedded import BUILDERS
 from zoo.errors import Interrupted, UserError
+from zoo.startup import Terminated
 
 tfds.disable_progress_bar()
 SPLITS = ("train", "test")
@@ -86,14 +87,18 @@ def _prepare_embedded(cfg, data_dir: str):
                         "to a directory you can write.") from None
     except MemoryError:  # TFDS's writer keeps an unfinished preparation in a directory no run reads
         raise too_big(cfg) from None
-    except KeyboardInterrupt:
-        raise Interrupted(f"interrupted while preparing dataset={cfg.name} in paths.data_dir={data_dir}; nothing "
-                          "half-written was kept and the next run prepares it again.") from None
+    except KeyboardInterrupt as e:
+        raise Interrupted(f"{_stopped(e)} while preparing dataset={cfg.name} in paths.data_dir={data_dir}; nothing "
+                          "half-written was kept and the next run prepares it again.", e) from None
     if not builder.info.splits:  # a parallel job prepared it after this builder looked: TFDS reused that copy
         builder = _open_embedded(cfg, data_dir)  # without reading its description, which opening it again does
     if not builder.info.splits:  # TFDS reuses a directory of records whatever it lacks, its description too
         raise _damaged(cfg, builder.data_dir, "its dataset_info.json is missing")
     return builder
+
+
+def _stopped(e: KeyboardInterrupt) -> str:
+    return "stopped by SIGTERM" if isinstance(e, Terminated) else "interrupted"
 
 
 def too_big(cfg) -> UserError:
@@ -310,9 +315,9 @@ def _open_catalog(cfg, data_dir: str):
     try:
         return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=True,
                                 builder_kwargs=RANDOM_ACCESS)
-    except KeyboardInterrupt:
-        raise Interrupted(f"interrupted while downloading dataset={cfg.name} into paths.data_dir={data_dir}; "
-                          "nothing half-written is used and the next run downloads it again.") from None
+    except KeyboardInterrupt as e:
+        raise Interrupted(f"{_stopped(e)} while downloading dataset={cfg.name} into paths.data_dir={data_dir}; "
+                          "nothing half-written is used and the next run downloads it again.", e) from None
     except ModuleNotFoundError as e:
         if not (e.name or "").startswith("tensorflow") or (e.name or "").startswith("tensorflow_datasets"):
             raise _catalog_error(cfg, data_dir, e) from None
