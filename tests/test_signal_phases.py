@@ -11,6 +11,9 @@ import pytest
 
 from conftest import ROOT, subprocess_env
 from zoo.checkpoint import Checkpoints
+from zoo.errors import UserError
+from zoo.evaluate import evaluate
+from zoo.train import train
 
 SIGNALLED = """
 import importlib, os, runpy, signal, sys
@@ -25,15 +28,16 @@ def signalled(*args, **kwargs):
     setattr(owner, name, real)  # once
     return real(*args, **kwargs)
 setattr(owner, name, signalled)
-sys.argv = ["train.py", *sys.argv[1:]]
-runpy.run_path("train.py", run_name="__main__")
+sys.argv = ["{script}", *sys.argv[1:]]
+runpy.run_path("{script}", run_name="__main__")
 """
 
 
-def train_signalled_in(module: str, path: str, args: list, data_dir, signame: str = "SIGTERM"
-                       ) -> subprocess.CompletedProcess:
-    """train.py with `signame` sent at the first call of `path` (a function or Class.method) of `module`."""
-    script = SIGNALLED.format(module=module, path=path, signame=signame)
+def train_signalled_in(module: str, path: str, args: list, data_dir, signame: str = "SIGTERM",
+                       script: str = "train.py") -> subprocess.CompletedProcess:
+    """train.py (or `script`) with `signame` sent at the first call of `path` (a function or Class.method) of
+    `module`."""
+    script = SIGNALLED.format(module=module, path=path, signame=signame, script=script)
     return subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT,
                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
 
@@ -94,6 +98,24 @@ def test_sigterm_before_training_ends_in_one_line_and_the_same_command_trains(da
     assert again.returncode == 0, again.stderr[-3000:]
     results = json.loads((run_dir / "results.json").read_text())
     assert results["steps"] == 6 and results["start_step"] == 0 and results["test"]["count"] == 359
+
+
+@pytest.mark.parametrize("phase", [("zoo.train", "build"), ("zoo.evaluate", "restore_latest_good")],
+                         ids=["build", "restore"])
+def test_an_eval_stopped_before_it_wrote_leaves_no_eval_folder(data_dir, make_cfg, tmp_path, phase):
+    """eval.py made the run's eval/ to check it could write there, then SIGTERM (or a refusal) ended it: an empty
+    eval/ was left in the run, as if an eval had been made. Now only a written result makes it."""
+    train(make_cfg("debug=smoke"))
+    run_dir = tmp_path / "run"
+    stopped = train_signalled_in(*phase, [f"run_dir={run_dir}", f"hydra.run.dir={tmp_path / 'cmd'}"], data_dir,
+                                 script="eval.py")
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "no eval results were written" in stopped.stderr and not (run_dir / "eval").exists()
+    with pytest.raises(UserError, match=r"^checkpoint=99 is not in "):
+        evaluate(make_cfg(f"run_dir={run_dir}", "checkpoint=99", config_name="eval"))
+    assert not (run_dir / "eval").exists()
+    assert evaluate(make_cfg(f"run_dir={run_dir}", config_name="eval"))["step"] == 6
+    assert [p.name for p in (run_dir / "eval").iterdir()] == ["test-6.json"]
 
 
 def test_sigterm_while_a_dataset_is_prepared_leaves_nothing_the_rerun_reads(tmp_path):

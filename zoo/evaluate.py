@@ -311,6 +311,19 @@ def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
 
 
 def evaluate(cfg: DictConfig) -> dict:
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        return _evaluate(cfg)  # refused there
+    out_dir = os.path.join(launch_dir_path(cfg.run_dir), "eval")
+    made_here = not os.path.lexists(out_dir)  # restore_run makes eval/ to check that it can be written
+    try:
+        return _evaluate(cfg)
+    except BaseException:
+        if made_here and os.path.isdir(out_dir) and not os.listdir(out_dir):
+            os.rmdir(out_dir)  # stopped or refused before its result: not an empty eval/ left in the run
+        raise
+
+
+def _evaluate(cfg: DictConfig) -> dict:
     run, step, state, meta = restore_run(cfg, "eval.py", "eval", "eval results")
     ema_decay = meta["config"]["trainer"].get("ema_decay")
     if cfg.split not in run.eval_sets:
