@@ -501,6 +501,26 @@ def test_resuming_from_a_run_early_stopping_ended_is_one_sentence(make_cfg, tmp_
     train(make_cfg(*common[:4], f"trainer.resume={resume}", out="new"))  # the way out it names
 
 
+def test_a_run_early_stopping_ended_asked_again_for_that_length_says_how_it_ended(make_cfg, tmp_path, caplog):
+    """Started for 40 steps, it stopped early at step 16. Asked again with trainer.max_steps=16 (or 40), it reports
+    the results.json it has, stopped early at 16 of 40 (a run trained 16 steps at once is not stopped early, and
+    does not count the eval at its end), while the line said only 'already holds this finished run', as of a run
+    of the length asked that trained to its end. The line now says how it ended and which checkpoint it reports."""
+    common = ["debug=smoke", "trainer.eval_every=2", "trainer.checkpoint_every=4",
+              "trainer.early_stopping.patience=2", "optimizer.learning_rate=0.3"]  # stops at 16, best 12
+    first = train(make_cfg(*common, "trainer.max_steps=40"))
+    assert first["early_stopping"]["stopped_step"] == 16 and first["early_stopping"]["best_checkpoint_step"] == 12
+    written = (tmp_path / "run" / "results.json").read_text()
+    for steps in (16, 40):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="zoo"):
+            again = train(make_cfg(*common, f"trainer.max_steps={steps}"))
+        assert (again["steps"], again["early_stopping"], again["test"]) == (16, first["early_stopping"], first["test"])
+        assert (tmp_path / "run" / "results.json").read_text() == written
+        assert ("already holds this finished run, which early stopping ended at step 16 of the 40 it was started for; "
+                "its results.json stands, with the metrics of its best checkpoint, step 12 (test: ") in caplog.text
+
+
 @pytest.mark.parametrize("schedule", [[], ["schedule=warmup_cosine", "schedule.warmup_steps=2"]],
                          ids=["constant", "warmup-cosine"])
 def test_resuming_from_a_finished_run_of_the_same_length_is_one_sentence(make_cfg, tmp_path, schedule):

@@ -181,8 +181,9 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     if recorded is not None:  # nothing to train or write: the run's record stays as it was
         if not population_member:  # a population's launcher writes its members' records later, and restores them
             run_record.restore(out_dir)
-        log.info("%s=%s already holds this finished run; its results.json stands (test: %s)",
-                 run_dir_setting(out_dir), os.path.abspath(out_dir), metric_summary(recorded.get("test", {})))
+        log.info("%s=%s already holds this finished run%s (test: %s)", run_dir_setting(out_dir),
+                 os.path.abspath(out_dir), _how_it_ended(recorded, meta, start_step, stopped_early),
+                 metric_summary(recorded.get("test", {})))
         return RunOutputs(cfg, task, total_steps, ckpts, RunLogger(out_dir, cfg.logger, total_steps, enabled=False),
                           None, zero_sums, target, start_step, host_state, sums, early, recorded=recorded)
     if privacy is not None:  # said once the run trains: a refusal or a finished run's rerun is not preceded by it
@@ -214,6 +215,18 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         saver(start_step, host_state, sums, None, wait=True, replace=True, scheduled=start_step)
     return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
                       start_step, host_state, sums, early, eval_at_start=lengthened, continued_speed=continued_speed)
+
+
+def _how_it_ended(recorded: dict, meta: dict, step: int, stopped_early: bool) -> str:
+    """What a finished run's rerun says of it before its test metrics: one early stopping ended (a trainer.max_steps
+    of that step asks for it too) reports its best checkpoint, which its results.json says and the line did not."""
+    if not stopped_early:
+        return "; its results.json stands"
+    planned = meta.get("total_steps")
+    started_for = f" of the {planned} it was started for" if planned and planned != step else ""
+    best = (recorded.get("early_stopping") or {}).get("best_checkpoint_step")
+    reports = f", with the metrics of its best checkpoint, step {best}" if best is not None else ""
+    return f", which early stopping ended at step {step}{started_for}; its results.json stands{reports}"
 
 
 def _scored_at_once(cfg: DictConfig, step: int, early) -> bool:
