@@ -501,6 +501,32 @@ def test_resuming_from_a_run_early_stopping_ended_is_one_sentence(make_cfg, tmp_
     train(make_cfg(*common[:4], f"trainer.resume={resume}", out="new"))  # the way out it names
 
 
+@pytest.mark.parametrize("stopping,chosen", [([], "its newest checkpoint"),
+                                             (["trainer.early_stopping.patience=100"], "its best checkpoint so far")],
+                         ids=["plain", "early-stopping"])
+def test_eval_of_an_unfinished_run_says_it_is_not_the_runs_final_state(make_cfg, tmp_path, monkeypatch, caplog,
+                                                                       stopping, chosen):
+    """checkpoint=final, eval.py's default, is 'what results.json reports'; a run stopped (or still training) has no
+    results.json, and eval.py evaluated one of its steps and printed it as any other, as if the run were done."""
+    common = ["debug=smoke", "trainer.max_steps=12", "trainer.eval_every=2", "trainer.checkpoint_every=2", *stopping]
+    with monkeypatch.context() as patch:
+        stop_at_step(patch, 6)
+        with pytest.raises(Preempted):
+            train(make_cfg(*common))
+    with caplog.at_level("WARNING", logger="zoo"):
+        step = evaluate(eval_cfg(make_cfg, tmp_path / "run"))["step"]
+    assert step <= 8
+    assert (f"run_dir={tmp_path / 'run'} has not finished (no results.json): checkpoint=final evaluates {chosen}, "
+            f"step {step} of the 12 it trains, not its final state; train it to its end, or name checkpoint=latest, "
+            "best or a step to evaluate that one.") in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="zoo"):
+        evaluate(eval_cfg(make_cfg, tmp_path / "run", "checkpoint=latest"))  # one named on purpose
+        train(make_cfg(*common))
+        evaluate(eval_cfg(make_cfg, tmp_path / "run"))
+    assert "has not finished" not in caplog.text
+
+
 def test_a_run_early_stopping_ended_asked_again_for_that_length_says_how_it_ended(make_cfg, tmp_path, caplog):
     """Started for 40 steps, it stopped early at step 16. Asked again with trainer.max_steps=16 (or 40), it reports
     the results.json it has, stopped early at 16 of 40 (a run trained 16 steps at once is not stopped early, and

@@ -323,8 +323,23 @@ def evaluate(cfg: DictConfig) -> dict:
         raise
 
 
+def _warn_if_unfinished(cfg: DictConfig, step: int, meta: dict) -> None:
+    """checkpoint=final is what results.json reports: a run stopped or still training has none yet, and the step
+    evaluated was printed as any other, as if it were the run's final state."""
+    if cfg.checkpoint != "final" or os.path.exists(os.path.join(cfg.run_dir, "results.json")):
+        return
+    early = (meta["config"]["trainer"].get("early_stopping") or {}).get("patience") is not None
+    chosen = "its best checkpoint so far" if early else "its newest checkpoint"
+    total = meta.get("total_steps")
+    of = f" of the {total} it trains" if total else ""
+    log.warning("run_dir=%s has not finished (no results.json): checkpoint=final evaluates %s, step %d%s, not its "
+                "final state; train it to its end, or name checkpoint=latest, best or a step to evaluate that one.",
+                cfg.run_dir, chosen, step, of)
+
+
 def _evaluate(cfg: DictConfig) -> dict:
     run, step, state, meta = restore_run(cfg, "eval.py", "eval", "eval results")
+    _warn_if_unfinished(cfg, step, meta)
     ema_decay = meta["config"]["trainer"].get("ema_decay")
     if cfg.split not in run.eval_sets:
         what = (": eval.py evaluates a run's held-out splits, and the train split's metrics are in its results.json"
