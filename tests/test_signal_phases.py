@@ -80,19 +80,25 @@ def test_sigterm_after_a_run_completed_exits_0(data_dir, tmp_path):
 
 
 @pytest.mark.parametrize("phase", [("zoo.train", "build"), ("zoo.train", "open_outputs"),
-                                   ("zoo.train", "describe")], ids=["build", "open-outputs", "describe"])
-def test_sigterm_before_training_ends_in_one_line_and_the_same_command_trains(data_dir, tmp_path, phase):
+                                   ("zoo.train", "describe"), ("zoo.train", "build", "SIGINT")],
+                         ids=["build", "open-outputs", "describe", "build-ctrl-c"])
+def test_sigterm_before_training_ends_in_one_line_and_the_same_command_trains(data_dir, make_cfg, tmp_path, phase):
     """Nothing is trained yet, so nothing is saved: the process ends at once. It died of the signal without a word
     (the shell's 'Terminated'), leaving .hydra/ and train.log; it now says so in one line, exit 143, and the same
-    command then trains the run in that directory as if it had never been started."""
+    command then trains the run in that directory as if it had never been started. eval.py of it meanwhile said it
+    was 'refused before training (stopped by SIGTERM; ...)' and to train it again 'with that setting changed'."""
     run_dir = tmp_path / "run"
     args = ["debug=smoke", f"hydra.run.dir={run_dir}"]
-    stopped = train_signalled_in(*phase, args, data_dir)
-    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    stopped = train_signalled_in(phase[0], phase[1], args, data_dir, *phase[2:])
+    how, code = ("interrupted by Ctrl-C", 130) if phase[2:] == ("SIGINT",) else ("stopped by SIGTERM", 143)
+    assert stopped.returncode == code, stopped.stderr[-3000:]
     assert stopped.stderr.strip().splitlines()[-1] == (
-        "error: stopped by SIGTERM; checkpoints already written are kept and the same command resumes from the newest "
-        "one.")
+        f"error: {how}; checkpoints already written are kept and the same command resumes from the newest one.")
     assert not (run_dir / "results.json").exists() and not list(run_dir.glob("checkpoints/*"))
+    with pytest.raises(UserError, match=rf"^run_dir={run_dir} was stopped before its first checkpoint \({how}\), so "
+                                        r"there is no state to evaluate; run its train\.py command again \(same "
+                                        r"hydra\.run\.dir\) to train it, or pass another run_dir\.$"):
+        evaluate(make_cfg(f"run_dir={run_dir}", config_name="eval"))
     again = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -48,7 +48,8 @@ def _open_checkpoints(run_dir: str) -> Checkpoints:
         if ckpts is not None:
             ckpts.close()
         raise UserError(_not_a_run(run_dir) or _failed_before_a_checkpoint(run_dir) or _finished_unsaved(run_dir) or
-                        _ended_before_a_checkpoint(run_dir) or _refused_before_training(run_dir) or
+                        _stopped_before_a_checkpoint(run_dir) or _ended_before_a_checkpoint(run_dir) or
+                        _refused_before_training(run_dir) or
                         f"run_dir={run_dir} has no complete checkpoint in checkpoints/; train it (with "
                         "checkpoint.enabled=true) or pass another run_dir.")
     return ckpts
@@ -76,6 +77,30 @@ def _ended_before_a_checkpoint(run_dir: str):
             "so there is no state to evaluate; train it again or pass another run_dir.")
 
 
+def _stopped_before_a_checkpoint(run_dir: str):
+    """A run a Ctrl-C or SIGTERM stopped before its first checkpoint (while it loaded its data, compiled, or a second
+    Ctrl-C): its train.log ends in the stop's line, which was taken for a refusal ('train it again with that setting
+    changed') or a failure. A sentence, else None."""
+    ended = _error_lines(run_dir)
+    if not ended or not ended[-1].startswith(STOPS):
+        return None
+    return (f"run_dir={run_dir} was stopped before its first checkpoint ({ended[-1].split(';')[0]}), so there is no "
+            "state to evaluate; run its train.py command again (same hydra.run.dir) to train it, or pass another "
+            "run_dir.")
+
+
+STOPS = ("interrupted", "stopped by SIG")  # how the lines of a Ctrl-C or a SIGTERM that stopped a command begin
+
+
+def _error_lines(run_dir: str) -> list:
+    """The sentences a run's train.log records it ended with, oldest first."""
+    try:
+        with open(os.path.join(run_dir, "train.log"), errors="replace") as f:
+            return [line.partition(REFUSAL)[2].strip() for line in f if REFUSAL in line]
+    except OSError:
+        return []
+
+
 def _refused_before_training(run_dir: str):
     """A run its settings stopped before its first step (privacy=dpsgd without a noise): its train.log ends in the
     refusal, which 'train it with checkpoint.enabled=true' would not say. A sentence, else None."""
@@ -90,6 +115,9 @@ def _refused_before_training(run_dir: str):
         return None
     return (f"run_dir={run_dir} was refused before training ({refusals[-1].rstrip('.')}), so there is no state to "
             "evaluate; train it again with that setting changed, or pass another run_dir.")
+
+
+STOPS = ("interrupted", "stopped by SIG")  # how the sentences of a Ctrl-C or SIGTERM before training begin
 
 
 REFUSAL = "][zoo][ERROR] - error: "  # how train.log records the sentence a refused run ended with
