@@ -1126,6 +1126,26 @@ def test_ctrl_c_and_io_errors_outside_the_loop_are_one_line(make_cfg, capsys, mo
         assert exit_.value.code == code and err.startswith(text) and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("resume", ["auto", "never"])
+def test_a_stop_outside_the_loop_names_the_directory_the_run_resumes_in(make_cfg, capsys, monkeypatch, tmp_path,
+                                                                        resume):
+    """A second Ctrl-C (or a stop before the loop) said 'the same command resumes from the newest one': under the
+    default hydra.run.dir, outputs/<date>/<time>, the same command trains from scratch in a new directory, and with
+    trainer.resume=never it is refused once the run holds checkpoints."""
+    monkeypatch.setattr(zoo.cli, "_hard_exit", lambda code: sys.exit(code))
+    (tmp_path / "run" / "checkpoints" / "4").mkdir(parents=True)
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exit_:
+        run_task(interrupted, make_cfg("debug=smoke", f"trainer.resume={resume}"))
+    how = ", trainer.resume=auto instead of never," if resume == "never" else ""
+    assert exit_.value.code == 130 and capsys.readouterr().err == (
+        f"error: interrupted by Ctrl-C; checkpoints already written are kept — resume with the same command{how} and "
+        f"hydra.run.dir={tmp_path / 'run'}.\n")
+
+
 def test_a_file_in_the_way_is_named_and_only_a_full_disk_asks_for_space(make_cfg, capsys, tmp_path):
     cfg = make_cfg("debug=smoke")
     (tmp_path / "a_file").write_text("")

@@ -92,8 +92,9 @@ def test_sigterm_before_training_ends_in_one_line_and_the_same_command_trains(da
     stopped = train_signalled_in(phase[0], phase[1], args, data_dir, *phase[2:])
     how, code = ("interrupted by Ctrl-C", 130) if phase[2:] == ("SIGINT",) else ("stopped by SIGTERM", 143)
     assert stopped.returncode == code, stopped.stderr[-3000:]
-    assert stopped.stderr.strip().splitlines()[-1] == (
-        f"error: {how}; checkpoints already written are kept and the same command resumes from the newest one.")
+    assert stopped.stderr.strip().splitlines()[-1] == (  # the same command alone would train in a new directory
+        f"error: {how}; checkpoints already written are kept — resume with the same command and "
+        f"hydra.run.dir={run_dir}.")
     assert not (run_dir / "results.json").exists() and not list(run_dir.glob("checkpoints/*"))
     with pytest.raises(UserError, match=rf"^run_dir={run_dir} was stopped before its first checkpoint \({how}\), so "
                                         r"there is no state to evaluate; run its train\.py command again \(same "

@@ -525,7 +525,7 @@ def run_task(fn, cfg):
         ended = _ended_by_its_time_limit(e)
         if ended is not None:
             raise ended from e
-        _exit_if_the_users(e)
+        _exit_if_the_users(e, _where_it_resumes(cfg, output_dir))
         raise
     finally:
         if held and in_multirun():  # a sweep of many jobs would hold a descriptor for each until it ends
@@ -614,9 +614,20 @@ def _ended_by_its_time_limit(e: BaseException) -> UserError | None:
                      "finished; raise hydra.launcher.timeout_min.")
 
 
-def _exit_if_the_users(e: BaseException) -> None:
+def _where_it_resumes(cfg, output_dir) -> str | None:
+    """How a single run stopped outside its train loop (before it, or by a second Ctrl-C) is resumed: 'the same
+    command' alone resumed nothing under the default hydra.run.dir, outputs/<date>/<time>, which it makes anew."""
+    if output_dir is None or in_multirun():
+        return None
+    never = OmegaConf.select(cfg, "trainer.resume") == "never" and holds_steps(os.path.join(output_dir, "checkpoints"))
+    return (f"resume with the same command{', trainer.resume=auto instead of never,' if never else ''} and "
+            f"{run_dir_setting(output_dir)}={os.path.abspath(output_dir)}")
+
+
+def _exit_if_the_users(e: BaseException, resume: str | None = None) -> None:
     """One sentence and an exit code for what ended the task, where the user acts on it; otherwise returns, and
-    the caller raises it on: a sweep's trial fails alone, HYDRA_FULL_ERROR=1 shows the traceback."""
+    the caller raises it on: a sweep's trial fails alone, HYDRA_FULL_ERROR=1 shows the traceback. `resume`: how
+    a single run's command is run again to resume it, said after a stop (_where_it_resumes)."""
     multirun, full = in_multirun(), _full_errors()
     if isinstance(e, UserError):
         if multirun and isinstance(e, Interrupted):
@@ -627,7 +638,7 @@ def _exit_if_the_users(e: BaseException) -> None:
             _exit(str(e), e.exit_code, hard=isinstance(e, (Interrupted, ProcessesNotJoined)))
     elif isinstance(e, KeyboardInterrupt):  # outside the train loop (which saves on the first Ctrl-C) or a second
         if not (multirun or full):
-            _exit(*_stop_line(e), hard=True)
+            _exit(*_stop_line(e, resume), hard=True)
     elif isinstance(e, OSError) and e.filename and not (multirun or full):  # a write the checks could not foresee
         _exit(os_error_sentence(e), 2 if e.errno in IN_THE_WAY else 1)  # in the way: a file to move, as UserError
 
@@ -718,11 +729,15 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
         remove_new_sweep_dir()  # nothing was written into it: a sweep refused before any job, whoever refused it
 
 
-def _stop_line(e: KeyboardInterrupt) -> tuple:
-    """(line, exit code) of a Ctrl-C outside the train loop, or of a reading command's SIGTERM (Terminated)."""
+def _stop_line(e: KeyboardInterrupt, resume: str | None = None) -> tuple:
+    """(line, exit code) of a Ctrl-C outside the train loop, or of a SIGTERM before it or to a reading command
+    (Terminated). `resume`: how a single run resumes (_where_it_resumes), said in train.py's line."""
+    line = _ctrl_c
+    if resume and _ctrl_c == CTRL_C:
+        line = f"interrupted by Ctrl-C; checkpoints already written are kept — {resume}."
     if isinstance(e, Terminated):
-        return _ctrl_c.replace("interrupted by Ctrl-C", "stopped by SIGTERM", 1), 143
-    return _ctrl_c, 130
+        return line.replace("interrupted by Ctrl-C", "stopped by SIGTERM", 1), 143
+    return line, 130
 
 
 HYDRA_MODES_REFUSED = "Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified"
