@@ -107,6 +107,22 @@ def test_sigterm_before_training_ends_in_one_line_and_the_same_command_trains(da
     assert results["steps"] == 6 and results["start_step"] == 0 and results["test"]["count"] == 359
 
 
+def test_a_run_stopped_in_its_paths_output_dir_is_resumed_by_that_setting(data_dir, tmp_path):
+    """Its run directory set by paths.output_dir (hydra.run.dir left to its default, outputs/<date>/<time>), the
+    stop said to resume with hydra.run.dir=<that directory>, a setting the command did not use."""
+    run_dir = tmp_path / "run"
+    args = ["debug=smoke", "trainer.max_steps=20", f"paths.output_dir={run_dir}", f"hydra.run.dir={tmp_path / 'h'}"]
+    stopped = train_signalled_in("zoo.loop", "evaluate", args, data_dir)  # the first periodic eval, step 4
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        f"error: stopped by SIGTERM at step 4; the checkpoint is saved — resume with the same command and "
+        f"paths.output_dir={run_dir}")
+    again = subprocess.run([sys.executable, "train.py", *args[:-1], f"hydra.run.dir={tmp_path / 'h2'}"], cwd=ROOT,
+                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((run_dir / "results.json").read_text())["start_step"] == 4
+
+
 @pytest.mark.parametrize("phase", [("zoo.train", "build"), ("zoo.evaluate", "restore_latest_good")],
                          ids=["build", "restore"])
 def test_an_eval_stopped_before_it_wrote_leaves_no_eval_folder(data_dir, make_cfg, tmp_path, phase):

@@ -10,21 +10,23 @@ from zoo.startup import Terminated, stops_on_sigterm_as_on_ctrl_c
 
 class Preempted(UserError):
     def __init__(self, step: int, signum: int, run_dir: str, sweep_dir: str | None = None, saved: bool = True,
-                 resume_never: bool = False):
-        """`resume_never`: the run was started with trainer.resume=never, which refuses its own checkpoints."""
+                 resume_never: bool = False, setting: str = "hydra.run.dir"):
+        """`resume_never`: the run was started with trainer.resume=never, which refuses its own checkpoints.
+        `setting`: the one that put the run in `run_dir` (paths.output_dir where set apart from hydra.run.dir)."""
         self.step, self.signum, self.run_dir, self.exit_code = step, signum, run_dir, 128 + signum
-        self.sweep_dir, self.saved, self.resume_never = sweep_dir, saved, resume_never
+        self.sweep_dir, self.saved, self.resume_never, self.setting = sweep_dir, saved, resume_never, setting
         stopped = f"stopped by {signal.Signals(signum).name} at step {step}"
         if not saved:
             super().__init__(f"{stopped}; checkpoint.enabled=false, so nothing was saved and rerunning starts over")
             return
         how = (f"rerun the same multirun command (hydra.sweep.dir={sweep_dir}) to resume the sweep" if sweep_dir
-               else f"resume with the same command, trainer.resume=auto instead of never, and hydra.run.dir={run_dir}"
-               if resume_never else f"resume with the same command and hydra.run.dir={run_dir}")
+               else f"resume with the same command, trainer.resume=auto instead of never, and {setting}={run_dir}"
+               if resume_never else f"resume with the same command and {setting}={run_dir}")
         super().__init__(f"{stopped}; the checkpoint is saved — {how}")
 
     def __reduce__(self):  # a launcher in another process (submitit) sends it back pickled
-        return type(self), (self.step, self.signum, self.run_dir, self.sweep_dir, self.saved, self.resume_never)
+        return type(self), (self.step, self.signum, self.run_dir, self.sweep_dir, self.saved, self.resume_never,
+                            self.setting)
 
 
 def preempted(step: int, signum: int, run_dir: str, hydra_cfg=None, saved: bool = True,
@@ -34,10 +36,11 @@ def preempted(step: int, signum: int, run_dir: str, hydra_cfg=None, saved: bool 
     checkpoints at all; `resume_never`: whether it was started with trainer.resume=never (its rerun needs auto)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from zoo.cli import in_multirun  # zoo.cli imports this module
+    from zoo.cli import in_multirun, run_dir_setting  # zoo.cli imports this module
 
-    if not in_multirun(hydra_cfg):
-        return Preempted(step, signum, os.path.abspath(run_dir), saved=saved, resume_never=resume_never)
+    if not in_multirun(hydra_cfg):  # paths.output_dir set apart from hydra.run.dir: a new hydra.run.dir finds it
+        return Preempted(step, signum, os.path.abspath(run_dir), saved=saved, resume_never=resume_never,
+                         setting=run_dir_setting(run_dir))
     sweep_dir = (hydra_cfg if hydra_cfg is not None else HydraConfig.get()).sweep.dir
     return Preempted(step, signum, os.path.abspath(run_dir), os.path.abspath(sweep_dir), saved)
 
