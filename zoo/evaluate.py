@@ -89,9 +89,6 @@ def _stopped_before_a_checkpoint(run_dir: str):
             "run_dir.")
 
 
-STOPS = ("interrupted", "stopped by SIG")  # how the lines of a Ctrl-C or a SIGTERM that stopped a command begin
-
-
 def _error_lines(run_dir: str) -> list:
     """The sentences a run's train.log records it ended with, oldest first."""
     try:
@@ -106,11 +103,7 @@ def _refused_before_training(run_dir: str):
     refusal, which 'train it with checkpoint.enabled=true' would not say. A sentence, else None."""
     if os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
         return None
-    try:
-        with open(os.path.join(run_dir, "train.log"), errors="replace") as f:
-            refusals = [line.partition(REFUSAL)[2].strip() for line in f if REFUSAL in line]
-    except OSError:
-        return None
+    refusals = _error_lines(run_dir)
     if not refusals:
         return None
     return (f"run_dir={run_dir} was refused before training ({refusals[-1].rstrip('.')}), so there is no state to "
@@ -118,8 +111,6 @@ def _refused_before_training(run_dir: str):
 
 
 STOPS = ("interrupted", "stopped by SIG")  # how the sentences of a Ctrl-C or SIGTERM before training begin
-
-
 REFUSAL = "][zoo][ERROR] - error: "  # how train.log records the sentence a refused run ended with
 
 
