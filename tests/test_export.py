@@ -175,6 +175,19 @@ def test_predict_reads_npy_and_csv_and_writes_stdout_or_a_file(exported_run, tmp
     assert capsys.readouterr().out == printed
 
 
+def test_predict_reads_a_npy_of_flattened_examples_as_the_csv_of_the_same_numbers(exported_run, tmp_path, capsys):
+    """A .csv holds one flattened example per line: the same (N, 64) array saved with np.save is read alike, not
+    refused for its shape while the .csv of its numbers is predicted."""
+    run_dir, cfg = exported_run
+    x = raw_inputs(cfg, 5).reshape(5, -1)
+    np.save(tmp_path / "x.npy", x)
+    np.savetxt(tmp_path / "x.csv", x, delimiter=",", fmt="%d")
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.csv'}"))
+    from_csv = capsys.readouterr().out
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}"))
+    assert capsys.readouterr().out == from_csv and len(from_csv.splitlines()) == 6
+
+
 def test_predict_names_output_when_a_directory_that_looked_writable_refuses_the_file(exported_run, tmp_path,
                                                                                      monkeypatch):
     """As root on /sys: os.access says writable, the write is refused."""
@@ -200,7 +213,8 @@ def test_predict_command_prints_only_predictions(exported_run, tmp_path, data_di
     assert done.stdout.splitlines()[0].startswith("class,probability_0") and len(done.stdout.splitlines()) == 4
 
 
-EXPECTED = r"\(N, 8, 8, 1\): N >= 1 examples of shape \(8, 8, 1\) \(a \.csv: one example per line, 64 comma"
+EXPECTED = (r"\(N, 8, 8, 1\), or \(N, 64\) flattened: N >= 1 examples of shape \(8, 8, 1\) "
+            r"\(a \.csv: one example per line, 64 comma")
 NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save writes those, ndarray\.tofile and "
            r"np\.savetxt do not\); it must hold " + EXPECTED)
 

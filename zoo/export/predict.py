@@ -161,7 +161,8 @@ def _check_signature(exported, signature: dict) -> None:
 
 
 def _expected(shape: tuple) -> str:
-    return (f"(N, {', '.join(map(str, shape))}): N >= 1 examples of shape {shape} "
+    flattened = f", or (N, {math.prod(shape)}) flattened" if len(shape) > 1 else ""
+    return (f"(N, {', '.join(map(str, shape))}){flattened}: N >= 1 examples of shape {shape} "
             f"(a .csv: one example per line, {math.prod(shape)} comma-separated numbers)")
 
 
@@ -222,7 +223,8 @@ def _refuse_another_separator(path: str, shape: tuple) -> None:
 
 
 def read_input(path: str, shape: tuple) -> np.ndarray:
-    """(N, *shape) float32 from a .npy array or a .csv of flattened examples; anything else is refused."""
+    """(N, *shape) float32 from a .npy array, of examples (N, *shape) or flattened ones (N, prod(shape)), or a .csv
+    of flattened examples, one a line; anything else is refused."""
     kind = os.path.splitext(path)[1].lower()
     if not os.path.isfile(path):
         what = "is not a file" if os.path.exists(path) else "does not exist"
@@ -249,9 +251,7 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
                 warnings.simplefilter("ignore")
                 # utf-8-sig: a byte order mark (Excel's "CSV UTF-8" begins with one) is not part of the first number
                 x = np.loadtxt(path, delimiter=",", ndmin=2, encoding="utf-8-sig", quotechar='"')
-            if x.ndim == 2 and x.shape[1] == math.prod(shape):
-                x = x.reshape(-1, *shape)
-            elif x.ndim == 2 and x.shape[1] == math.prod(shape) + 1 and len(x) > 1 and \
+            if x.ndim == 2 and x.shape[1] == math.prod(shape) + 1 and len(x) > 1 and \
                     np.array_equal(x[:, 0], np.arange(len(x))):
                 raise UserError(f"input={path} begins each line with its line number (0, 1, 2, ...: the index pandas' "
                                 "to_csv writes), one number more than an example; remove that column (pandas: "
@@ -266,6 +266,8 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
                         f"{_expected(shape)}.")
     if x.size == 0:
         raise UserError(f"input={path} holds no examples; the model expects {_expected(shape)}.")
+    if x.ndim == 2 and len(shape) > 1 and x.shape[1] == math.prod(shape):  # flattened examples, as a .csv holds them
+        x = x.reshape(-1, *shape)
     if x.ndim != len(shape) + 1 or tuple(x.shape[1:]) != tuple(shape):
         raise UserError(f"input={path} has shape {x.shape}; the model expects {_expected(shape)}.")
     with np.errstate(over="ignore"):  # a value beyond float32's range becomes inf, refused below
