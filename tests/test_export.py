@@ -560,25 +560,37 @@ def test_a_copied_export_folder_is_not_taken_for_a_run(make_cfg, exported_run, t
 
 def test_predict_given_a_folder_of_runs_or_an_eval_commands_directory_names_a_run(tmp_path):
     """outputs/, outputs/<date>/, multirun/ and outputs/eval/<date>/<time> were told `run python export.py
-    run_dir=<that folder> first`, which export.py refuses: the run to pass, an exported one where there is one."""
+    run_dir=<that folder> first`, which export.py refuses: the exported runs to choose from, each named, not one
+    chosen by modification time, which a copy or a touch of an older run makes the newest."""
     import os
 
     outputs = tmp_path / "outputs"
-    for i, (name, exported) in enumerate((("09-00-00", True), ("10-00-00", False))):
+    for i, (name, exported) in enumerate((("09-00-00", True), ("10-00-00", False), ("11-00-00", True))):
         run = outputs / "2026-12-05" / name
         (run / "checkpoints").mkdir(parents=True)
         if exported:
             (run / "export").mkdir()
             (run / "export" / "signature.json").write_text("{}")
-        os.utime(run, (1000 + i, 1000 + i))
+        os.utime(run, (1000 - i, 1000 - i))  # the oldest touched last
     (outputs / "export" / "2026-12-05" / "11-00-00-000002" / ".hydra").mkdir(parents=True)  # export.py's own
     np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 1), np.float32))
     x = f"input={tmp_path / 'x.npy'}"
-    exported = outputs / "2026-12-05" / "09-00-00"
-    for folder in (outputs, outputs / "2026-12-05"):
-        with pytest.raises(UserError, match=rf"^run_dir={folder} is not a run but holds runs below it; pass one of "
-                                            rf"them, e\.g\. the newest exported, run_dir={exported}\.$"):
+    day = outputs / "2026-12-05"
+    for folder in (outputs, day):
+        with pytest.raises(UserError, match=rf"^run_dir={folder} is not a run but holds 2 exported runs below it; pass "
+                                            rf"one of them: run_dir={day / '09-00-00'} or "
+                                            rf"run_dir={day / '11-00-00'}\.$"):
             predict(predict_cfg(f"run_dir={folder}", x))
+    shutil.rmtree(day / "11-00-00" / "export")
+    with pytest.raises(UserError, match=rf"^run_dir={day} is not a run but holds an exported run below it; pass it: "
+                                        rf"run_dir={day / '09-00-00'}\.$"):
+        predict(predict_cfg(f"run_dir={day}", x))
+    shutil.rmtree(day / "09-00-00" / "export")
+    with pytest.raises(UserError, match=rf"^run_dir={day} is not a run but holds 3 runs below it, none exported; "
+                                        rf"export one with python export.py and pass it: run_dir={day / '09-00-00'}, "
+                                        rf"run_dir={day / '10-00-00'} or run_dir={day / '11-00-00'}\.$"):
+        predict(predict_cfg(f"run_dir={day}", x))
+    exported = day / "09-00-00"
     own = outputs / "eval" / "2026-12-05" / "11-00-00-000001"
     (own / ".hydra").mkdir(parents=True)
     (own / ".hydra" / "config.yaml").write_text(f"run_dir: {exported}\ncheckpoint: final\n")
@@ -586,6 +598,14 @@ def test_predict_given_a_folder_of_runs_or_an_eval_commands_directory_names_a_ru
     with pytest.raises(UserError, match=rf"^run_dir={own} is the directory of an eval\.py command \(its \.hydra/ and "
                                         rf"eval\.log\), not a training run; pass the run it read, run_dir={exported}\.$"):
         predict(predict_cfg(f"run_dir={own}", x))
+
+
+def test_the_runs_of_a_folder_are_named_in_order_a_sweeps_jobs_by_number():
+    from zoo.export.predict import _choices
+
+    sweep = "multirun/2026-12-05/10-00-00"
+    assert _choices([f"{sweep}/{job}" for job in (10, 2, 0, 1, 9, 3, 11)]) == \
+        ", ".join(f"run_dir={sweep}/{job}" for job in (2, 3, 9, 10, 11)) + " or one of the 2 before them"
 
 
 SIGNAL_AT = """
