@@ -774,10 +774,15 @@ def test_a_signal_between_the_jobs_of_an_eval_sweep_ends_the_sweep_in_one_line(e
     ("", "output= is empty; name a .csv file to write, or leave output out to print to stdout."),
     ("{tmp}/new/", "output={tmp}/new/ names a directory (it ends with /); name a .csv file to write, or leave output "
                    "out to print to stdout."),
-], ids=["empty", "a-folder-to-be"])
+    ("{tmp}/p.npy", "output={tmp}/p.npy names a .npy file, but predict.py writes CSV text, which np.load would "
+                    "refuse; name a .csv file to write, or leave output out to print to stdout."),
+    ("{tmp}/p.JSON", "output={tmp}/p.JSON names a .json file, but predict.py writes CSV text, which a .json reader "
+                     "would refuse; name a .csv file to write, or leave output out to print to stdout."),
+], ids=["empty", "a-folder-to-be", "npy", "json"])
 def test_predict_refuses_an_output_that_names_no_file_before_predicting(exported_run, tmp_path, output, says,
                                                                         monkeypatch):
-    """Both were refused only once every prediction was computed, as 'No such file or directory'."""
+    """The first two were refused only once every prediction was computed, as 'No such file or directory'; a .npy
+    or .json output was written as CSV under that name, which np.load then took for pickled data."""
     import zoo.export.predict as predicting
 
     run_dir, cfg = exported_run
@@ -787,7 +792,7 @@ def test_predict_refuses_an_output_that_names_no_file_before_predicting(exported
         predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}",
                             f"output={output.format(tmp=tmp_path)}"))
     assert str(refused.value) == says.format(tmp=tmp_path)
-    assert not (tmp_path / "new").exists()
+    assert not (tmp_path / "new").exists() and not (tmp_path / "p.npy").exists() and not (tmp_path / "p.JSON").exists()
 
 
 def test_a_csv_with_pandas_index_column_is_named_so(exported_run, tmp_path, capsys):

@@ -21,6 +21,11 @@ from zoo.errors import UserError
 from zoo.files import load_json, write_text
 
 
+# output= names that promise another format than the CSV predict.py writes, and who would refuse it
+OTHER_FORMATS = {".npy": "np.load", ".npz": "np.load", ".json": "a .json reader", ".parquet": "a .parquet reader",
+                 ".xlsx": "a spreadsheet", ".xls": "a spreadsheet"}
+
+
 def _check_command(cfg: DictConfig) -> None:
     from zoo.config import PredictConfig, check_known_keys  # the command's; predicting needs only jax and numpy
 
@@ -54,6 +59,10 @@ def _check_command(cfg: DictConfig) -> None:
             raise UserError(f"output={cfg.output} cannot be written: {parent} is not a writable directory; "
                             "choose another output or leave it out to print to stdout.")
         _refuse_output_over_what_it_reads(cfg)
+    kind = os.path.splitext(cfg.output or "")[1].lower()
+    if kind in OTHER_FORMATS:  # written as CSV under that name: np.load then took it for pickled data
+        raise UserError(f"output={cfg.output} names a {kind} file, but predict.py writes CSV text, which "
+                        f"{OTHER_FORMATS[kind]} would refuse; {stdout}")
 
 
 def _written_through(path: str) -> bool:
