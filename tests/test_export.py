@@ -140,6 +140,17 @@ def predict_cfg(*overrides):
         return compose("predict", overrides=list(overrides))
 
 
+def test_the_exported_function_takes_any_batch_of_one_example_or_more_as_the_readme_says(exported_run):
+    """The README said `model.call(inputs)` takes any N: the symbolic batch dimension is N >= 1, and an empty
+    batch is refused by jax.export (predict.py refuses an input without examples before calling it)."""
+    model = load_exported(exported_run[0])
+    assert model.call(np.zeros((1, 8, 8, 1), np.float32))["probabilities"].shape == (1, 10)
+    with pytest.raises(ValueError, match="Expected value >= 1 for dimension variable 'batch'"):
+        model.call(np.zeros((0, 8, 8, 1), np.float32))
+    assert "outputs = model.call(inputs)  # any N >= 1:" in readme_serving_example()
+    assert "so any batch size runs" not in (ROOT / "README.md").read_text()
+
+
 def test_predict_reads_npy_and_csv_and_writes_stdout_or_a_file(exported_run, tmp_path, capsys):
     run_dir, cfg = exported_run
     x = raw_inputs(cfg, 7)
