@@ -527,6 +527,34 @@ def test_a_swap_that_fails_after_moving_the_previous_export_aside_puts_it_back(t
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".export")]
 
 
+@pytest.mark.parametrize("meanwhile", ["put-its-own", "moved-it-aside"])
+def test_two_exports_of_a_run_at_once_both_complete_the_later_in_place(tmp_path, monkeypatch, meanwhile):
+    """Another export of the run swapping its own export/ in between this one's two renames: this one failed, as
+    'cannot be written (Directory not empty)' or '(No such file or directory)' with advice to free space, and left
+    the export it had moved aside beside export/. Each now completes, the one that swaps last in place."""
+    final = tmp_path / "export"
+    write_directory(str(final), {"model.jax": b"old"})
+    rename, once = os.rename, []
+
+    def another_export_meanwhile(src, dst):
+        if str(src) == str(final) and str(dst).endswith(".previous") and not once:
+            once.append(dst)
+            if meanwhile == "moved-it-aside":  # between this one's check that export/ exists and its move
+                shutil.rmtree(final)
+            else:
+                rename(src, dst)
+                (final).mkdir()
+                (final / "model.jax").write_bytes(b"other")
+                return None
+        return rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", another_export_meanwhile)
+    write_directory(str(final), {"model.jax": b"new"})
+    monkeypatch.undo()
+    assert (final / "model.jax").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
 def test_an_export_that_was_a_link_is_replaced_without_leaving_the_link_behind(tmp_path):
     """export/ linked to a folder elsewhere: the link is replaced like a folder, the folder it named left as it was."""
     elsewhere = tmp_path / "serving"

@@ -3,6 +3,7 @@
 The directory is written next to the run under a temporary name and renamed into place when complete,
 so a failed or interrupted export leaves the previous export (or none), never a partial one."""
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -162,18 +163,38 @@ def write_directory(final: str, files: dict) -> None:
             with open(os.path.join(staging, name), "wb") as f:
                 f.write(data)
         with written_whole():  # a stop signal from here on waits for the swap and the previous export's removal
-            if os.path.lexists(final):
-                os.rename(final, previous)
-            os.rename(staging, final)
-            if os.path.islink(previous):  # export/ was a link: it goes, the folder it named stays (rmtree refuses it)
-                os.unlink(previous)
-            else:
-                shutil.rmtree(previous, ignore_errors=True)
+            _swap(staging, final, previous)
+            _discard(previous)
     except BaseException:
         if os.path.lexists(previous) and not os.path.lexists(final):
             os.rename(previous, final)
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _swap(staging: str, final: str, previous: str, tries: int = 10) -> None:
+    """`staging` in place as `final`, the one there moved to `previous`. Another export of the run may swap its own
+    in between the two renames (moving `final` aside, or putting its own there): this one then takes the place
+    again, as the later of the two, where it failed with advice to free space and left `previous` beside it."""
+    for attempt in range(tries):
+        if os.path.lexists(final):
+            if attempt:  # the export the first try moved aside is older than the one there now
+                _discard(previous)
+            with contextlib.suppress(FileNotFoundError):  # another export moved it aside since
+                os.rename(final, previous)
+        try:
+            os.rename(staging, final)
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or attempt == tries - 1:
+                raise  # not another export's in the way
+
+
+def _discard(previous: str) -> None:
+    if os.path.islink(previous):  # export/ was a link: it goes, the folder it named stays (rmtree refuses it)
+        os.unlink(previous)
+    else:
+        shutil.rmtree(previous, ignore_errors=True)
 
 
 EXPORTED = ("model.jax", "signature.json")  # what export/ holds, as write_directory writes it
