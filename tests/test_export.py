@@ -199,6 +199,19 @@ def test_predict_reads_a_npy_of_flattened_examples_as_the_csv_of_the_same_number
     assert capsys.readouterr().out == from_csv and len(from_csv.splitlines()) == 6
 
 
+def test_predict_output_dash_prints_to_stdout(exported_run, tmp_path, capsys, monkeypatch):
+    """output=- is stdout, as for most commands that write a file: it wrote a file named '-' in the working
+    directory."""
+    run_dir, cfg = exported_run
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    monkeypatch.chdir(tmp_path)
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}"))
+    printed = capsys.readouterr().out
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}", "output=-"))
+    assert capsys.readouterr().out == printed and len(printed.splitlines()) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
+
+
 def test_predict_names_output_when_a_directory_that_looked_writable_refuses_the_file(exported_run, tmp_path,
                                                                                      monkeypatch):
     """As root on /sys: os.access says writable, the write is refused."""

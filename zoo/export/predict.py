@@ -33,6 +33,8 @@ def _check_command(cfg: DictConfig) -> None:
     if OmegaConf.is_missing(cfg, "run_dir") or OmegaConf.is_missing(cfg, "input"):
         raise UserError("run_dir and input are required: python predict.py run_dir=outputs/<date>/<time> "
                         "input=FILE.npy|FILE.csv (a run exported with export.py).")
+    if cfg.output == "-":  # stdout, as most commands that write a file read it: not a file named '-'
+        cfg.output = None
     for key in ("run_dir", "input", "output"):  # where the user meant them (~, hydra.job.chdir=true)
         if cfg[key]:  # an empty output is refused below
             cfg[key] = launch_dir_path(cfg[key])
