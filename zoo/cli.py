@@ -525,6 +525,7 @@ def run_task(fn, cfg):
         ended = _ended_by_its_time_limit(e)
         if ended is not None:
             raise ended from e
+        exit_if_a_process_is_lost(e, output_dir)
         _exit_if_the_users(e, _where_it_resumes(cfg, output_dir))
         raise
     finally:
@@ -622,6 +623,16 @@ def _where_it_resumes(cfg, output_dir) -> str | None:
     never = OmegaConf.select(cfg, "trainer.resume") == "never" and holds_steps(os.path.join(output_dir, "checkpoints"))
     return (f"resume with the same command{', trainer.resume=auto instead of never,' if never else ''} and "
             f"{run_dir_setting(output_dir)}={os.path.abspath(output_dir)}")
+
+
+def exit_if_a_process_is_lost(e: BaseException, output_dir: str | None) -> None:
+    """A multi-process run one of whose processes died mid-run ends here at once, in one sentence, and without
+    finalising Python: closing its checkpoints, or jax.distributed's shutdown at exit, waits for the lost process,
+    until JAX's coordination service notices its missing heartbeats (100 s) and aborts from C++ (exit 134)."""
+    distributed = sys.modules.get("zoo.parallel.distributed")  # imported where processes may have joined
+    lost = distributed.lost_process(e, output_dir) if distributed else None
+    if lost is not None:
+        _exit(str(lost), lost.exit_code, hard=True)
 
 
 def _exit_if_the_users(e: BaseException, resume: str | None = None) -> None:

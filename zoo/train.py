@@ -9,7 +9,7 @@ import jax
 from flax import nnx
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import unwritable_reason
+from zoo.cli import exit_if_a_process_is_lost, unwritable_reason
 from zoo.config import validate
 from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
 from zoo.data.feed import TrainFeed, fits_on_device
@@ -203,6 +203,9 @@ def train(cfg: DictConfig) -> dict:
                 raise preempted(step, stop.signum, cfg.paths.output_dir, saved=out.ckpts is not None,
                                 resume_never=cfg.trainer.resume == "never")
             results, state = _finish(cfg, run, out, state, step, train_metrics, examples_per_s, model, t0)
+        except Exception as e:  # closing the outputs would wait for a lost process's part of the last checkpoint
+            exit_if_a_process_is_lost(e, cfg.paths.output_dir)
+            raise
         finally:
             if cfg.trainer.profile:
                 jax.profiler.stop_trace()

@@ -3,6 +3,7 @@ import errno
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -90,6 +91,29 @@ def _join_within(cfg, kwargs: dict) -> None:
         raise ProcessesNotJoined(_not_joined)
     if outcome[0] is not None:
         raise outcome[0]
+
+
+def lost_process(e: BaseException, output_dir: str | None) -> UserError | None:
+    """The sentence for a collective whose peer died mid-run (kill -9, the OOM killer): gloo's error reaches this
+    process at once, at its next collective; JAX's coordination service only notices the lost heartbeats after
+    100 s, and then aborts every process still running from C++, which no Python handler sees. None for any other
+    error."""
+    if not jax.distributed.is_initialized():
+        return None
+    # a JaxRuntimeError, or a ValueError from the collective orbax's save runs; wrapped in another, maybe
+    found, seen = None, set()
+    while e is not None and id(e) not in seen and found is None:
+        seen.add(id(e))
+        found = re.search(r"Gloo [\w-]+ failed: (?:\[[^]]*\] )?(.*)", str(e))
+        e = e.__cause__ or e.__context__
+    if found is None:
+        return None
+    reason = re.sub(r" \[[^]]*\]:\d+:", ":", found.group(1).splitlines()[0])  # the peer's address, gloo's port
+    then = (f"its checkpoints in {os.path.join(os.path.abspath(output_dir), 'checkpoints')} are kept: start every "
+            "process again with the same command to resume" if output_dir else
+            "start every process again with the same command")
+    return UserError(f"another process of this multi-process run stopped mid-run (killed, or out of memory; gloo: "
+                     f"{reason}), and this one stops with it; {then}.")
 
 
 def _check_resolves(address: str) -> None:
