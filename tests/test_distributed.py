@@ -295,3 +295,29 @@ def test_a_process_lost_mid_run_ends_the_other_in_one_sentence_with_its_checkpoi
         r"and this one stops with it; its checkpoints in " + re.escape(str(run_dir / "checkpoints")) + r" are kept: "
         r"start every process again with the same command to resume\.", out.strip().splitlines()[-1]), out[-3000:]
     assert Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()
+
+
+def test_processes_given_different_num_processes_are_refused_in_one_sentence(data_dir, tmp_path):
+    """The coordinator waits for process 0's distributed.num_processes alone: process 1 given 3 joined a group of 2
+    and trained without a word."""
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1",
+                               "distributed=explicit", f"distributed.coordinator_address=localhost:{port}",
+                               f"distributed.num_processes={n}", f"distributed.process_id={i}",
+                               f"hydra.run.dir={tmp_path / 'run'}"],
+                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+             for i, n in enumerate([2, 3])]
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [2, 2], outputs
+    for out in outputs:
+        assert "Traceback" not in out
+        assert out.strip().splitlines()[-1] == (
+            "error: the processes of a multi-process run were given different distributed.num_processes (process 0: "
+            "2, process 1: 3), and 2 processes joined, the number process 0's sets; give every process the same "
+            "distributed.num_processes, the number of processes started."), out[-2000:]
+    assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "results.json").exists()

@@ -7,7 +7,7 @@ from typing import Optional
 import jax
 
 from zoo.errors import UserError
-from zoo.parallel.distributed import init_distributed
+from zoo.parallel.distributed import check_num_processes, init_distributed
 from zoo.parallel.pmap import PmapMode
 from zoo.parallel.sharded import ShardedMode
 from zoo.parallel.single import SingleDevice
@@ -64,6 +64,7 @@ def select_devices(cfg, distributed=None) -> list:
             have = ", ".join(f"process {p} has {c}" for p, c in sorted(counts.items()))
             raise UserError(f"every process of a multi-process run needs the same number of devices ({have}); "
                             "give every process the same parallel.cpu_devices (or the same accelerators).")
+        check_num_processes(distributed)
         return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))  # contiguous per process
     if n is None:
         if _cpu_devices_set and jax.default_backend() == "cpu":

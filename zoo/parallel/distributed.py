@@ -176,6 +176,20 @@ def every_process(value: str) -> list:
     return [bytes(row[:n]).decode() for row, n in zip(rows, lengths)]
 
 
+def check_num_processes(cfg) -> None:
+    """JAX's coordinator waits for process 0's distributed.num_processes alone: another process given more joined
+    the group and trained without a word. (Given fewer, it waits with process 0 until distributed.timeout_s, as a
+    group that starts fewer processes than process 0's says does: the count seen by then only JAX's C++ knows.)"""
+    if cfg is None or cfg.get("mode") != "explicit" or jax.process_count() == 1:
+        return
+    stated = [int(n) for n in every_process(str(cfg.num_processes))]
+    if set(stated) != {jax.process_count()}:
+        have, joined = ", ".join(f"process {i}: {n}" for i, n in enumerate(stated)), jax.process_count()
+        raise UserError(f"the processes of a multi-process run were given different distributed.num_processes "
+                        f"({have}), and {joined} processes joined, the number process 0's sets; give every process "
+                        "the same distributed.num_processes, the number of processes started.")
+
+
 def check_same_run(run_dir: str, settings: dict) -> None:
     """Every process reads and writes one run dir (process 0 its files, all of them the checkpoints) and runs one
     program: given several dirs, only process 0's got checkpoints and a rerun resumed process 0 alone; given
