@@ -321,3 +321,35 @@ def test_processes_given_different_num_processes_are_refused_in_one_sentence(dat
             "2, process 1: 3), and 2 processes joined, the number process 0's sets; give every process the same "
             "distributed.num_processes, the number of processes started."), out[-2000:]
     assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "results.json").exists()
+
+
+def test_a_process_id_given_twice_is_refused_in_one_sentence_and_the_run_goes_on(data_dir, tmp_path):
+    """A third process started as process 1 of a run of two that trains: JAX's coordinator took it for process 1
+    restarted and aborted every process from C++ at once (exit 134); a second process 0 was told its port was in
+    use."""
+    from test_cli import wait_for_lines
+
+    run_dir = tmp_path / "run"
+    args = ["debug=smoke", "parallel=sharded", "trainer.epochs=1000", "trainer.max_steps=100000", "trainer.log_every=1",
+            "trainer.checkpoint_every=100000", "trainer.steps_per_call=1", f"hydra.run.dir={run_dir}"]
+    procs = start_two("train.py", args, data_dir)
+    try:
+        wait_for_lines(run_dir / "metrics.jsonl", 5, procs[0])
+        port = procs[0].args[-3].rpartition(":")[2]
+        for process_id in (1, 0):
+            done = subprocess.run([sys.executable, "train.py", *args, "parallel.cpu_devices=2", "distributed=explicit",
+                                   f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
+                                   f"distributed.process_id={process_id}"],
+                                  cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+            assert done.returncode == 2, done.stderr[-3000:]
+            assert done.stderr.strip().splitlines()[-1] == (
+                f"error: distributed.process_id={process_id} is taken by another process running now in "
+                f"{run_dir}; give each process of the run its own distributed.process_id, from 0 to 1."
+            ), done.stderr[-3000:]
+            assert all(p.poll() is None for p in procs)  # the run trains on
+        procs[1].send_signal(signal.SIGTERM)
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, outputs[0][-2000:] + outputs[1][-2000:]

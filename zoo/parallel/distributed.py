@@ -1,5 +1,6 @@
 """Multi-process runs: jax.distributed start-up, and helpers that let every process feed only its share."""
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -57,6 +58,30 @@ def init_distributed(cfg) -> None:
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
             root.removeHandler(handler)
             handler.close()
+
+
+_claimed = {}  # run dir -> the open descriptor whose lock holds this process's id there until it ends
+
+
+def claim_process_id(cfg, output_dir: str) -> None:
+    """Hold distributed.process_id in the run dir the processes share, or refuse: JAX's coordinator took a second
+    process 1 for process 1 restarted and aborted every process from C++ at once (exit 134), and a second process 0
+    was told its port was in use. A byte of .processes.lock per id, locked (POSIX locks, which NFS carries across
+    hosts) until the process ends."""
+    if cfg is None or cfg.get("mode") != "explicit" or None in (cfg.get("process_id"), cfg.get("num_processes")):
+        return  # refused with the missing settings' names as it joins
+    path = os.path.abspath(output_dir)
+    if path not in _claimed:
+        os.makedirs(path, exist_ok=True)
+        _claimed[path] = os.open(os.path.join(path, ".processes.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(_claimed[path], fcntl.LOCK_EX | fcntl.LOCK_NB, 1, cfg.process_id, os.SEEK_SET)
+    except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: held by another process
+        raise UserError(f"distributed.process_id={cfg.process_id} is taken by another process running now in {path}; "
+                        "give each process of the run its own distributed.process_id, from 0 to "
+                        f"{cfg.num_processes - 1}.") from None
+    except OSError:  # a file system without locks: nothing to hold
+        pass
 
 
 def _join_within(cfg, kwargs: dict) -> None:
