@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -109,7 +110,8 @@ def test_a_process_whose_peers_never_join_ends_in_one_sentence(data_dir, tmp_pat
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Check failure" not in done.stderr and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        "error: not all distributed.num_processes=2 processes joined within distributed.timeout_s=3; start every "
+        f"error: not all distributed.num_processes=2 processes joined within distributed.timeout_s=3 (1 started in "
+        f"{tmp_path / 'run'}: distributed.process_id {process_id}); start every "
         "one with the same distributed.coordinator_address (process 0's host and a port free there) and "
         "num_processes, each with its own distributed.process_id from 0 to 1, or raise distributed.timeout_s.")
     assert not (tmp_path / "run" / "checkpoints").exists()
@@ -353,3 +355,53 @@ def test_a_process_id_given_twice_is_refused_in_one_sentence_and_the_run_goes_on
         for p in procs:
             p.kill()
     assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, outputs[0][-2000:] + outputs[1][-2000:]
+
+
+def test_processes_given_different_num_processes_while_joining_are_refused_at_once(data_dir, tmp_path):
+    """Process 0 given the larger distributed.num_processes: the coordinator waits for a process that never comes,
+    and both waited out distributed.timeout_s (300 s) for a sentence each naming its own count."""
+    port, started = free_port(), time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1",
+                               "distributed=explicit", f"distributed.coordinator_address=localhost:{port}",
+                               f"distributed.num_processes={n}", f"distributed.process_id={i}",
+                               "distributed.timeout_s=200", f"hydra.run.dir={tmp_path / 'run'}"],
+                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+             for i, n in enumerate([3, 2])]
+    try:
+        outputs = [p.communicate(timeout=150)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [2, 2], outputs
+    assert time.monotonic() - started < 150
+    for out in outputs:
+        assert out.strip().splitlines()[-1] == (
+            "error: the processes of a multi-process run were given different distributed.num_processes (process 0: "
+            "3, process 1: 2); give every process the same distributed.num_processes, the number of processes "
+            "started."), out[-2000:]
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_fewer_processes_than_num_processes_say_how_many_started(data_dir, tmp_path):
+    """Two started of distributed.num_processes=3: the sentence named the count given, not the count started."""
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1",
+                               "distributed=explicit", f"distributed.coordinator_address=localhost:{port}",
+                               "distributed.num_processes=3", f"distributed.process_id={i}", "distributed.timeout_s=15",
+                               f"hydra.run.dir={tmp_path / 'run'}"],
+                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+             for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=150)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [2, 2], outputs
+    for out in outputs:
+        assert out.strip().splitlines()[-1] == (
+            f"error: not all distributed.num_processes=3 processes joined within distributed.timeout_s=15 (2 started "
+            f"in {tmp_path / 'run'}: distributed.process_id 0, 1); start every one with the same "
+            "distributed.coordinator_address (process 0's host and a port free there) and num_processes, each with "
+            "its own distributed.process_id from 0 to 2, or raise distributed.timeout_s."), out[-2000:]

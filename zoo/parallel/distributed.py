@@ -8,6 +8,7 @@ import re
 import socket
 import sys
 import threading
+import time
 
 import jax
 import numpy as np
@@ -61,27 +62,56 @@ def init_distributed(cfg) -> None:
 
 
 _claimed = {}  # run dir -> the open descriptor whose lock holds this process's id there until it ends
+_holding = None  # (descriptor, distributed.process_id, run dir) where this process last claimed its id
+_LINGER_S = 5  # how long a process that saw another count keeps its id, for the others to see it too
+_SLOT = 16  # bytes of .processes.lock per id: its first locked while a process holds the id, the slot its count
 
 
 def claim_process_id(cfg, output_dir: str) -> None:
     """Hold distributed.process_id in the run dir the processes share, or refuse: JAX's coordinator took a second
     process 1 for process 1 restarted and aborted every process from C++ at once (exit 134), and a second process 0
-    was told its port was in use. A byte of .processes.lock per id, locked (POSIX locks, which NFS carries across
-    hosts) until the process ends."""
+    was told its port was in use. A slot of .processes.lock per id, its first byte locked (POSIX locks, which NFS
+    carries across hosts) until the process ends, and in it the distributed.num_processes the process was given,
+    which the processes compare while they wait for each other (see _join_within)."""
+    global _holding
     if cfg is None or cfg.get("mode") != "explicit" or None in (cfg.get("process_id"), cfg.get("num_processes")):
         return  # refused with the missing settings' names as it joins
     path = os.path.abspath(output_dir)
     if path not in _claimed:
         os.makedirs(path, exist_ok=True)
         _claimed[path] = os.open(os.path.join(path, ".processes.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _claimed[path]
     try:
-        fcntl.lockf(_claimed[path], fcntl.LOCK_EX | fcntl.LOCK_NB, 1, cfg.process_id, os.SEEK_SET)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _SLOT * cfg.process_id, os.SEEK_SET)
     except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: held by another process
         raise UserError(f"distributed.process_id={cfg.process_id} is taken by another process running now in {path}; "
                         "give each process of the run its own distributed.process_id, from 0 to "
                         f"{cfg.num_processes - 1}.") from None
     except OSError:  # a file system without locks: nothing to hold
-        pass
+        return
+    os.pwrite(fd, f"{cfg.num_processes:>{_SLOT - 1}}\n".encode(), _SLOT * cfg.process_id)
+    _holding = (fd, cfg.process_id, path)
+
+
+def _started_now(ids: int) -> dict:
+    """Process id -> the distributed.num_processes it was given (None: not yet written), for the processes that hold
+    their ids, below `ids`, in the run dir this process holds its own in, this one included."""
+    if _holding is None:
+        return {}
+    fd, mine, _ = _holding
+    found = {}
+    for i in range(ids):
+        if i != mine:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, _SLOT * i, os.SEEK_SET)
+            except OSError:  # held by another process
+                pass
+            else:  # free: no process holds that id
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, _SLOT * i, os.SEEK_SET)
+                continue
+        raw = os.pread(fd, _SLOT, _SLOT * i)
+        found[i] = int(raw) if raw.strip().isdigit() else None
+    return found
 
 
 def _join_within(cfg, kwargs: dict) -> None:
@@ -101,15 +131,34 @@ def _join_within(cfg, kwargs: dict) -> None:
 
     thread = threading.Thread(target=join, name="jax.distributed.initialize", daemon=True)
     thread.start()
-    thread.join(min(cfg.timeout_s, threading.TIMEOUT_MAX))  # Ctrl-C and SIGTERM still reach this thread meanwhile
+    deadline, differ, started = time.monotonic() + cfg.timeout_s, {}, set()
+    while thread.is_alive() and time.monotonic() < deadline:  # Ctrl-C and SIGTERM still reach this thread meanwhile
+        thread.join(min(0.5, max(deadline - time.monotonic(), 0)))
+        if outcome or cfg.mode != "explicit":
+            continue
+        # JAX's coordinator waits for process 0's count: given another, a process waited out distributed.timeout_s.
+        # The same difference twice, half a second apart: a process that just took its id may not have written yet
+        now = _started_now(cfg.num_processes + 8)  # a process given a larger count may have a larger id
+        started.update(now)  # those that gave up first, too
+        seen, differ = differ, {i: n for i, n in now.items() if n is not None and n != cfg.num_processes}
+        if differ and differ == seen:
+            counts = {**differ, cfg.process_id: cfg.num_processes}
+            have = ", ".join(f"process {i}: {n}" for i, n in sorted(counts.items()))
+            _not_joined = (f"the processes of a multi-process run were given different distributed.num_processes "
+                           f"({have}); give every process the same distributed.num_processes, the number of "
+                           "processes started.")
+            time.sleep(_LINGER_S)  # its id held a while longer: the others see the difference too, not its exit
+            raise ProcessesNotJoined(_not_joined)
     if not outcome:
         if cfg.mode == "auto":
             _not_joined = (f"not all the processes of this cluster job joined within distributed.timeout_s="
                            f"{cfg.timeout_s} (distributed=auto); check that every task of the job runs this command, "
                            "or raise distributed.timeout_s.")
         else:
+            count = (f" ({len(started)} started in {_holding[2]}: distributed.process_id "
+                     f"{', '.join(map(str, sorted(started)))})" if started else "")
             _not_joined = (f"not all distributed.num_processes={cfg.num_processes} processes joined within "
-                           f"distributed.timeout_s={cfg.timeout_s}; start every one with the same "
+                           f"distributed.timeout_s={cfg.timeout_s}{count}; start every one with the same "
                            "distributed.coordinator_address (process 0's host and a port free there) and "
                            "num_processes, each with its own distributed.process_id from 0 to "
                            f"{cfg.num_processes - 1}, or raise distributed.timeout_s.")
