@@ -49,7 +49,10 @@ def two_processes(script: str, args: list, data_dir, cpu_devices=(2, 2), returnc
 def test_two_processes_equal_one(data_dir, make_cfg, tmp_path):
     one = train(make_cfg(*ARGS, "parallel.cpu_devices=4", out="one"))
     run_dir = tmp_path / "two"
-    two_processes("train.py", [*ARGS, f"hydra.run.dir={run_dir}"], data_dir)
+    trained = two_processes("train.py", [*ARGS, f"hydra.run.dir={run_dir}"], data_dir)
+    # process 0 alone says what the run did; the others' consoles keep their warnings and errors only
+    assert [sum(line.split(" - ", 1)[-1].startswith(("test:", "run directory:")) for line in out.splitlines())
+            for out in trained] == [2, 0], trained[1][-3000:]
     two = json.loads((run_dir / "results.json").read_text())
     assert two["devices"] == 4 and two["test"]["count"] == one["test"]["count"] == 359
     np.testing.assert_allclose(two["test"]["loss"], one["test"]["loss"], rtol=1e-5)

@@ -59,6 +59,8 @@ def init_distributed(cfg) -> None:
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
             root.removeHandler(handler)
             handler.close()
+        for handler in root.handlers:  # process 0's lines again, the same figures: its warnings and errors only
+            handler.setLevel(max(handler.level, logging.WARNING))
 
 
 _claimed = {}  # run dir -> the open descriptor whose lock holds this process's id there until it ends
