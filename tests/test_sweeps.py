@@ -500,7 +500,7 @@ def test_a_search_refused_before_its_study_opens_leaves_no_new_sweep_dir(data_di
 @pytest.mark.parametrize("overrides,code,said", [
     (["hydra/launcher=population", "hydra.launcher.max_size=0"], 2, "hydra.launcher.max_size must be a positive"),
     (["hparams_search=digits_mlp", "hydra.sweeper.n_trials=0"], 2, "hydra.sweeper.n_trials and hydra.sweeper.n_jobs"),
-    (["+hydra.launcher.foo=1"], 1, "got an unexpected keyword argument 'foo'"),  # Hydra's own message
+    (["+hydra.launcher.foo=1"], 2, "hydra.launcher.foo is not a setting of hydra/launcher=basic"),
 ], ids=["launcher", "sweeper", "hydras"])
 def test_a_sweep_whose_sweeper_or_launcher_is_refused_leaves_no_new_sweep_dir(data_dir, tmp_path, overrides, code,
                                                                               said):
@@ -508,6 +508,33 @@ def test_a_sweep_whose_sweeper_or_launcher_is_refused_leaves_no_new_sweep_dir(da
     their refusals left the empty directories made for it."""
     proc = multirun(data_dir, tmp_path / "new" / "sweep", "seed=0,1", *overrides, check=False)
     assert proc.returncode == code and said in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("overrides,said", [
+    (["+hydra.sweeper.foo=1"], "hydra.sweeper.foo is not a setting of hydra/sweeper=basic, whose settings are "
+                               "max_batch_size, params; remove it or set one of those."),
+    (["hparams_search=digits_mlp", "+hydra.sweeper.foo=1", "+hydra.sweeper.bar=2"],
+     "hydra.sweeper.foo, hydra.sweeper.bar are not settings of hydra/sweeper=zoo_optuna, whose settings are sampler, "
+     "direction, directions, storage, study_name, n_trials, n_jobs, max_failure_rate, params, pruner; remove them or "
+     "set those."),
+    (["hparams_search=digits_mlp", "+hydra.sweeper.custom_search_space=my.module.space"],
+     "hydra.sweeper.custom_search_space is not a setting of hydra/sweeper=zoo_optuna (Hydra's Optuna sweeper's "
+     "Python function of suggestions is not supported: search with hydra.sweeper.params), whose settings are "),
+    (["hydra/launcher=population", "+hydra.launcher.foo=1"],
+     "hydra.launcher.foo is not a setting of hydra/launcher=population, whose settings are max_size; remove it or "
+     "set one of those."),
+    (["hydra/launcher=submitit_local", "+hydra.launcher.foo=1"],
+     "hydra.launcher.foo is not a setting of hydra/launcher=submitit_local, whose settings are submitit_folder, "),
+], ids=["basic", "optuna", "custom_search_space", "population", "submitit"])
+def test_an_unknown_sweeper_or_launcher_setting_is_one_sentence_naming_those_there_are(data_dir, tmp_path, overrides,
+                                                                                      said):
+    """It ended in Hydra's `Error in call to target` with the plugin's TypeError (`unexpected keyword argument`), exit
+    1, and under submitit in a NameError traceback once the sweep dir held its multirun.yaml."""
+    proc = multirun(data_dir, tmp_path / "new" / "sweep", "seed=0,1", *overrides, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {said}"), last
     assert not (tmp_path / "new").exists()
 
 
