@@ -161,19 +161,28 @@ def test_a_batch_failing_past_max_failure_rate_stops_the_sweep_in_one_sentence_n
     launcher = RecordingLauncher(objective)
     with pytest.raises(UserError, match=r"^the sweep stopped: 1 of the 2 trials of its last batch failed, more than "
                                         r"hydra\.sweeper\.max_failure_rate=0\.4 allows \(trial (\d) failed: "
-                                        r"FloatingPointError: loss diverged\); raise hydra\.sweeper\.max_failure_rate "
-                                        r"\(1\.0: never stop\) to go on past failed trials\.$") as raised:
+                                        r"FloatingPointError: loss diverged\); the best of the 1 trial\(s\) that "
+                                        r"completed is in \S+/optimization_results\.yaml; raise "
+                                        r"hydra\.sweeper\.max_failure_rate \(1\.0: never stop\) to go on past failed "
+                                        r"trials\.$") as raised:
         make_sweep(tmp_path, launcher, sampler=GridSamplerConfig(seed=0), params=grid, storage=storage, n_trials=6,
                    n_jobs=2, max_failure_rate=0.4).sweep([])
     assert len(launcher.calls) == 1
+    # as a sweep that ran its n_trials: the best so far, of the trials that completed
+    assert f"is in {tmp_path / 'optimization_results.yaml'};" in str(raised.value)
+    results = OmegaConf.load(tmp_path / "optimization_results.yaml")
+    assert results.best_params == {"trainer.batch_size": 16, "optimizer.learning_rate": 0.01}
+    assert results.best_value == score({"trainer.batch_size": "16", "optimizer.learning_rate": "0.01"})
+    assert results.n_trials == 2
     study = optuna.load_study(study_name="test", storage=storage)
     failed = int(re.search(r"trial (\d) failed", str(raised.value)).group(1))
     assert study.trials[failed].state == optuna.trial.TrialState.FAIL
     assert study.trials[failed].params["trainer.batch_size"] == 64
 
     strict = make_sweep(tmp_path, RecordingLauncher(objective), n_trials=8, max_failure_rate=0.0)
-    with pytest.raises(UserError, match="more than hydra.sweeper.max_failure_rate=0.0 allows") as raised:
-        strict.sweep(["trainer.batch_size=64"])
+    with pytest.raises(UserError, match=r"more than hydra.sweeper.max_failure_rate=0.0 allows \(trial 0 failed: "
+                                        r"FloatingPointError: loss diverged\); raise") as raised:
+        strict.sweep(["trainer.batch_size=64"])  # no trial completed: no best to point to
     assert isinstance(raised.value.__cause__, FloatingPointError)  # its traceback, for HYDRA_FULL_ERROR=1
 
 

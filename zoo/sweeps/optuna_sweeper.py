@@ -359,9 +359,14 @@ class OptunaSweep:
             # a UserError's sentence whole: its last words say what to change
             reason = f"{type(error).__name__}: {error}" if isinstance(error, UserError) else brief(error)
             outcome = "stays stopped" if trial.number in job_dirs and isinstance(error, RunRefused) else "failed"
+            # the best so far, as a sweep that ran its n_trials writes it (it wrote none, the trials' results only
+            # in the study and their run dirs)
+            completed = self._write_results(study, optuna)
+            best = "" if not completed else (
+                f"; the best of the {completed} trial(s) that completed is in {self._results_path()}")
             raise UserError(f"the sweep stopped: {len(failed)} of the {len(returns)} trials of its last batch failed, "
                             f"more than hydra.sweeper.max_failure_rate={self.max_failure_rate} allows (trial "
-                            f"{trial.number} {outcome}: {reason.rstrip('.')}); raise "
+                            f"{trial.number} {outcome}: {reason.rstrip('.')}){best}; raise "
                             "hydra.sweeper.max_failure_rate (1.0: never stop) to go on past failed trials.") from error
 
     def _save_plan(self, overrides=()) -> None:
@@ -496,7 +501,11 @@ class OptunaSweep:
             if "Study.stop" not in str(e):
                 raise
 
-    def _write_results(self, study, optuna) -> None:
+    def _results_path(self) -> str:
+        return os.path.join(str(self.config.hydra.sweep.dir), "optimization_results.yaml")
+
+    def _write_results(self, study, optuna) -> int:
+        """optimization_results.yaml: the best trial (the Pareto front) of those completed; returns their count."""
         done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         results = {"name": "optuna", "study_name": study.study_name, "n_trials": len(study.trials)}
         if not done:
@@ -507,8 +516,8 @@ class OptunaSweep:
         else:
             results["solutions"] = [{"params": t.params, "values": t.values} for t in study.best_trials]
             log.info("Pareto front: %d trials", len(study.best_trials))
-        OmegaConf.save(OmegaConf.create(results), os.path.join(self.config.hydra.sweep.dir,
-                                                               "optimization_results.yaml"))
+        OmegaConf.save(OmegaConf.create(results), self._results_path())
+        return len(done)
 
 
 def _check_same_choices(study, distributions: dict) -> None:
