@@ -354,6 +354,28 @@ def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, sett
         make_sweep(tmp_path, RecordingLauncher(), **settings).sweep([])
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"sampler": "abc"}, r"^hydra\.sweeper\.sampler must be a sampler's settings or null, got abc; choose one with "
+                         r"hydra/sweeper/sampler=tpe \(or random, grid, cmaes, gp, qmc, nsgaii\), or set "
+                         r"hydra\.sweeper\.sampler\._target_ to a class of optuna\.samplers\.$"),
+    ({"pruner": 3}, r"^hydra\.sweeper\.pruner must be a pruner's settings or null, got 3; choose one with "
+                    r"hydra/sweeper/pruner=median \(or successive_halving, hyperband\), or set "
+                    r"hydra\.sweeper\.pruner\._target_ to a class of optuna\.pruners\.$"),
+    ({"params": "abc"}, r"^hydra\.sweeper\.params must map each key to the values searched, e\.g\. "
+                        r"hydra\.sweeper\.params=\{optimizer\.learning_rate:'tag\(log, interval\(1e-4, 1e-1\)\)'\}, "
+                        r"got abc\.$"),
+    ({"params": ["a", "b"]}, r"^hydra\.sweeper\.params must map each key .*, got \['a', 'b'\]\.$"),
+])
+def test_sweeper_settings_of_the_wrong_kind_are_one_sentence(tmp_path, settings, message):
+    """`hydra.sweeper.sampler=abc` (or pruner, params) passed Hydra's merge (they take any value) and ended in an
+    AttributeError traceback (`'str' object has no attribute 'get'`), exit 1."""
+    given = dict(sampler=OmegaConf.structured(TPESamplerConfig(seed=0)), direction="maximize", directions=None,
+                 storage=None, study_name="test", n_trials=6, n_jobs=1, max_failure_rate=0.0,
+                 params=OmegaConf.create(PARAMS), pruner=None)
+    with pytest.raises(UserError, match=message):  # as Hydra passes them: the value as given, a list as ListConfig
+        OptunaSweep(**{**given, **{k: OmegaConf.create(v) if isinstance(v, list) else v for k, v in settings.items()}})
+
+
 def test_a_sweep_dir_of_a_study_kept_in_memory_is_refused_before_any_trial(tmp_path, runs_jobs_here):
     """Its study ended with its command: every trial of a rerun was refused in turn by the directory its number
     named."""

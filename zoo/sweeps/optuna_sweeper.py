@@ -169,6 +169,7 @@ class OptunaSweep:
     def __init__(self, sampler, direction, directions, storage, study_name, n_trials, n_jobs, max_failure_rate,
                  params, pruner):
         self.directions = directions_of(direction, directions)
+        _check_mappings(sampler, pruner, params)
         if not (n_trials > 0 and n_jobs > 0 and 0.0 <= max_failure_rate <= 1.0):
             raise UserError("hydra.sweeper.n_trials and hydra.sweeper.n_jobs must be positive and "
                             f"hydra.sweeper.max_failure_rate in [0, 1], got {n_trials}, {n_jobs}, {max_failure_rate}.")
@@ -529,6 +530,23 @@ def _check_same_choices(study, distributions: dict) -> None:
                 raise UserError(f"study {study.study_name} searched {name} over {list(old.choices)}, and this command "
                                 f"over {list(getattr(new, 'choices', [new]))}; a study keeps a choice's values: keep "
                                 "them, or choose another hydra.sweeper.study_name (or storage).")
+
+
+def _check_mappings(sampler, pruner, params) -> None:
+    """The sampler, the pruner and params take any value in Hydra's merge (`hydra.sweeper.sampler=abc`): a value
+    that is no mapping ended in an AttributeError traceback."""
+    from zoo.sweeps.config import PRUNERS, SAMPLERS
+
+    for setting, node, options in (("sampler", sampler, SAMPLERS), ("pruner", pruner, PRUNERS)):
+        if node is not None and not isinstance(node, (dict, DictConfig)):
+            first, *others = options
+            raise UserError(f"hydra.sweeper.{setting} must be a {setting}'s settings or null, got {node}; choose one "
+                            f"with hydra/sweeper/{setting}={first} (or {', '.join(others)}), or set "
+                            f"hydra.sweeper.{setting}._target_ to a class of optuna.{setting}s.")
+    if params is not None and not isinstance(params, (dict, DictConfig)):
+        shown = list(params) if isinstance(params, ListConfig) else params
+        raise UserError("hydra.sweeper.params must map each key to the values searched, e.g. hydra.sweeper.params="
+                        f"{{optimizer.learning_rate:'tag(log, interval(1e-4, 1e-1))'}}, got {shown}.")
 
 
 SAMPLER_PACKAGES = {"CmaEsSampler": ("cmaes",), "GPSampler": ("torch", "scipy")}  # Optuna imports them late
