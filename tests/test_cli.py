@@ -592,8 +592,16 @@ def test_a_relative_paths_data_dir_is_the_users_own_with_hydra_job_chdir(data_di
      "hydra.sweeper.n_trials must be an integer, got 1e3."),  # the zoo's Optuna sweeper's settings
     (["-m", "seed=0,1", "hydra.sweeper.max_batch_size=abc"],
      "hydra.sweeper.max_batch_size must be an integer or null, got abc."),  # Hydra's basic sweeper's
+    (["-m", "hparams_search=digits_mlp", "hydra.sweeper.sampler.seed=abc"],
+     "hydra.sweeper.sampler.seed must be an integer or null, got abc."),  # the chosen sampler's (tpe unless chosen)
+    (["-m", "hparams_search=digits_mlp", "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=1.5"],
+     "hydra.sweeper.sampler.seed must be an integer or null, got 1.5."),
+    (["-m", "hparams_search=digits_mlp", "hydra/sweeper/pruner=median", "hydra.sweeper.pruner.n_warmup_steps=some"],
+     "hydra.sweeper.pruner.n_warmup_steps must be an integer, got some."),  # the chosen pruner's
+    (["-m", "hparams_search=digits_mlp", "hydra.sweeper.directions=maximize"],
+     "hydra.sweeper.directions must be a list, got maximize; write it in brackets: hydra.sweeper.directions=[maximize]."),
 ], ids=["word", "fraction", "optional", "null", "list", "bool", "force-add", "sweep", "empty", "hydras", "optuna",
-        "basic-sweeper"])
+        "basic-sweeper", "sampler", "chosen-sampler", "pruner", "directions"])
 def test_a_value_of_the_wrong_type_is_one_sentence_naming_the_type(data_dir, tmp_path, args, sentence):
     """Hydra ended them in 'Error merging override ...' and OmegaConf's node details (full_key, reference_type,
     object_type), exit 1."""

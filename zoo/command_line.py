@@ -125,7 +125,7 @@ def refuse_mistyped_values(argv: list, schema) -> None:
         # Hydra's own settings (hydra.job.chdir) have their schema too, and the sweeper's (the zoo's Optuna one or
         # Hydra's basic one) and the population launcher's where the command line chooses them
         if key.startswith("hydra.sweeper."):
-            return _typed_setting(_sweeper_schema(_chosen_sweeper(argv)), key.removeprefix("hydra.sweeper."))
+            return _typed_setting(*_sweeper_setting(argv, key.removeprefix("hydra.sweeper.")))
         if key.startswith("hydra.launcher.") and _chooses_the_population_launcher(argv):
             from hydra_plugins.zoo_population_launcher.population_launcher import PopulationLauncherConf
 
@@ -144,6 +144,27 @@ def refuse_mistyped_values(argv: list, schema) -> None:
             except OmegaConfBaseException:
                 got = "null" if value is None else typed or "an empty value"
                 exit_with(UserError(f"{override.key_or_group} must be {takes}, got {got}."))
+    sweeper = _sweeper_schema(_chosen_sweeper(argv))  # its lists: hydra.sweeper.directions=maximize
+    if sweeper is not None:
+        refuse_values_that_are_not_lists(argv, sweeper, prefix="hydra.sweeper.")
+
+
+def _sweeper_setting(argv: list, key: str) -> tuple:
+    """(the dataclass that has the sweeper's setting `key`, its key there): the zoo's Optuna sweeper's
+    `sampler.*` and `pruner.*` are the chosen sampler's (tpe unless hydra/sweeper/sampler= chooses another) and
+    pruner's; other keys the sweeper's own."""
+    name = _chosen_sweeper(argv)
+    group, _, rest = key.partition(".")
+    if name == "zoo_optuna" and rest and group in ("sampler", "pruner"):
+        from zoo.sweeps.config import PRUNERS, SAMPLERS
+
+        chosen = "tpe" if group == "sampler" else None  # the sweeper's defaults
+        for arg in argv:
+            option, sep, value = arg.partition("=")
+            if sep and option.lstrip("+") == f"hydra/sweeper/{group}":
+                chosen = value.strip()
+        return (SAMPLERS if group == "sampler" else PRUNERS).get(chosen), rest
+    return _sweeper_schema(name), key
 
 
 def _sweeper_schema(name: str):
@@ -351,7 +372,7 @@ def _chosen_groups(script: str, conf_dir: str) -> set:
             if not key.startswith("override ")}
 
 
-def refuse_values_that_are_not_lists(argv: list, schema) -> None:
+def refuse_values_that_are_not_lists(argv: list, schema, prefix: str = "") -> None:
     """`python export.py run_dir=R platforms=cpu`: a single value (or null) where a setting of `schema` takes a list
     ended in Hydra's 'Error merging override' and OmegaConf's 'str is not a ListConfig, list or tuple', exit 1; one
     sentence naming the setting and how to write it and exit 2 instead, before Hydra reads the command line. Refused,
@@ -361,9 +382,13 @@ def refuse_values_that_are_not_lists(argv: list, schema) -> None:
     from omegaconf import ListConfig
     from omegaconf.errors import ValidationError
 
-    for override, default, values in _overridden_values(argv, lambda key: _list_setting(schema, key),
-                                                        sweeps_only_under_m=True):
+    def setting_of(key: str):  # `prefix`: the keys of `schema` on the command line (hydra.sweeper.)
+        return _list_setting(schema, key.removeprefix(prefix)) if key.startswith(prefix) else None
+
+    for override, default, values in _overridden_values(argv, setting_of, sweeps_only_under_m=True):
         for value, typed in values:
+            if value is None and _takes_null(schema, override.key_or_group.removeprefix(prefix)):
+                continue
             if value is not None:
                 try:
                     ListConfig(content=value)  # a list, or an interpolation that may make one (${oc.env:...})
@@ -377,6 +402,15 @@ def refuse_values_that_are_not_lists(argv: list, schema) -> None:
                                     f"{override.key_or_group}=[{example}]."))
             exit_with(UserError(f"{override.key_or_group} must be a list, got {typed}; write it in brackets: "
                                 f"{override.key_or_group}=[{typed}]."))
+
+
+def _takes_null(schema, key: str) -> bool:
+    """Whether the setting `key` of the dataclass `schema` is Optional."""
+    *groups, name = key.split(".")
+    for group in groups:
+        schema = typing.get_type_hints(schema).get(group) if dataclasses.is_dataclass(schema) else None
+    hint = typing.get_type_hints(schema).get(name) if dataclasses.is_dataclass(schema) else None
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
 
 
 def _list_setting(schema, key: str):
