@@ -511,6 +511,19 @@ def test_a_sweep_whose_sweeper_or_launcher_is_refused_leaves_no_new_sweep_dir(da
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("search", [[], ["hparams_search=digits_mlp", "hydra.sweeper.n_trials=1"]],
+                         ids=["grid", "optuna"])
+@pytest.mark.parametrize("swept", ["seed=range(0,10,0)", "model.dropout=range(0.0,0.5,0.0)"], ids=["int", "float"])
+def test_a_range_whose_step_is_0_is_one_sentence_before_the_sweep_dir_is_made(data_dir, tmp_path, search, swept):
+    """It ended in a traceback: Python's `ValueError: range() arg 3 must not be zero` (integers) or Hydra's
+    `HydraException: Invalid range values` (floats), exit 1, a grid's leaving its empty sweep dir."""
+    proc = multirun(data_dir, tmp_path / "new" / "sweep", *search, swept, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: {swept} steps by 0, so it never reaches its end; give it a step other than 0."), proc.stderr[-2000:]
+    assert not (tmp_path / "new").exists()
+
+
 @pytest.mark.parametrize("overrides,said", [
     (["+hydra.sweeper.foo=1"], "hydra.sweeper.foo is not a setting of hydra/sweeper=basic, whose settings are "
                                "max_batch_size, params; remove it or set one of those."),

@@ -233,7 +233,11 @@ def _exit_if_no_jobs(config) -> None:
     lines = [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
     loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() else None
     by_key = {o.get_key_element(): o for o in OverridesParser.create(config_loader=loader).parse_overrides(lines)}
+    from zoo.sweeps.search_space import zero_step
+
     for override in by_key.values():  # as the sweeper does: a key's last override replaces its earlier ones
+        if zero_step(override) is not None:
+            exit_with(zero_step(override))
         if override.is_interval_sweep():
             exit_with(UserError(f"{override.input_line} is an interval, which only an Optuna search draws from "
                                 "(hparams_search=...); list the grid's values (key=a,b,c) or give a "

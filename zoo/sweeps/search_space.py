@@ -39,10 +39,20 @@ class SearchSpace:
         return grid
 
 
+def zero_step(override: Override) -> UserError | None:
+    """The sentence for a range that steps by 0: Python's range() raises a ValueError for it, Hydra's float range a
+    HydraException, each a traceback where Hydra's sweepers or the zoo's checks enumerate it."""
+    if override.is_range_sweep() and override.value().step == 0:
+        return UserError(f"{override.input_line} steps by 0, so it never reaches its end; give it a step other than 0.")
+    return None
+
+
 def _distribution(override: Override):
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     value, key = override.value(), override.get_key_element()
+    if zero_step(override) is not None:
+        raise zero_step(override)
     if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
         return CategoricalDistribution(list(override.sweep_iterator(transformer=Transformer.encode)))
     if override.is_range_sweep():
