@@ -347,6 +347,15 @@ def test_a_stopped_trial_refused_under_other_settings_stays_stopped_for_the_swee
                                                                 r"cannot be searched: .*low <= high"),
     ({"params": {"optimizer.learning_rate": "tag(log, interval(0, 1))"}}, r"cannot be searched: .*low > 0"),
     ({"params": {"trainer.batch_size": "range(4, 4)"}}, r"^trainer\.batch_size=range\(4, 4\) is an empty range"),
+    # a tag the sweeper does not read searched on a linear scale without a word
+    ({"params": {"optimizer.learning_rate": "tag(lgo, interval(1e-4, 1e-1))"}},
+     r"^optimizer\.learning_rate=tag\(lgo, interval\(1e-4, 1e-1\)\) is tagged lgo, which the Optuna sweeper does "
+     r"not read; tag\(log, interval\(a, b\)\) is the one tag it takes \(a log scale\)\.$"),
+    ({"params": {"trainer.batch_size": "tag(log, range(16, 128))"}},
+     r"^trainer\.batch_size=tag\(log, range\(16, 128\)\) asks for a log scale, which only an interval has; search "
+     r"tag\(log, interval\(a, b\)\) \(tag\(log, int\(interval\(a, b\)\)\) for integers\), or leave the tag "
+     r"out\.$"),
+    ({"params": {"trainer.batch_size": "tag(log, choice(16, 32))"}}, r"asks for a log scale, which only an interval"),
 ])
 def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, settings, message, runs_jobs_here):
     settings = {k: OmegaConf.structured(v) if k in ("sampler", "pruner") else v for k, v in settings.items()}

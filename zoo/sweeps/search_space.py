@@ -53,6 +53,14 @@ def _distribution(override: Override):
     value, key = override.value(), override.get_key_element()
     if zero_step(override) is not None:
         raise zero_step(override)
+    tags = sorted(getattr(value, "tags", None) or ())  # a tag not read left the search on a linear scale
+    if [t for t in tags if t != "log"]:
+        unread = ", ".join(t for t in tags if t != "log")
+        raise UserError(f"{override.input_line} is tagged {unread}, which the Optuna sweeper does not read; "
+                        "tag(log, interval(a, b)) is the one tag it takes (a log scale).")
+    if tags and not override.is_interval_sweep():
+        raise UserError(f"{override.input_line} asks for a log scale, which only an interval has; search "
+                        "tag(log, interval(a, b)) (tag(log, int(interval(a, b))) for integers), or leave the tag out.")
     if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
         return CategoricalDistribution(list(override.sweep_iterator(transformer=Transformer.encode)))
     if override.is_range_sweep():
