@@ -501,7 +501,10 @@ def test_a_search_refused_before_its_study_opens_leaves_no_new_sweep_dir(data_di
     (["hydra/launcher=population", "hydra.launcher.max_size=0"], 2, "hydra.launcher.max_size must be a positive"),
     (["hparams_search=digits_mlp", "hydra.sweeper.n_trials=0"], 2, "hydra.sweeper.n_trials and hydra.sweeper.n_jobs"),
     (["+hydra.launcher.foo=1"], 2, "hydra.launcher.foo is not a setting of hydra/launcher=basic"),
-], ids=["launcher", "sweeper", "hydras"])
+    # Hydra's basic sweeper asserted it: an AssertionError traceback, exit 1
+    (["hydra.sweeper.max_batch_size=0"], 2, "error: hydra.sweeper.max_batch_size=0 launches no job at a time; set it "
+                                            "to 1 or more, or null (every job in one batch).\n"),
+], ids=["launcher", "sweeper", "hydras", "basic-sweeper"])
 def test_a_sweep_whose_sweeper_or_launcher_is_refused_leaves_no_new_sweep_dir(data_dir, tmp_path, overrides, code,
                                                                               said):
     """Hydra starts the multirun (its callbacks make the sweep dir) before it builds the sweeper and the launcher:

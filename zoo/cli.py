@@ -175,12 +175,10 @@ class RunDirCheck(Callback):
         run_record.remember(run_dir, config.hydra.output_subdir)
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        from zoo.sweeps.plugin_settings import unknown_setting
+        from zoo.sweeps.plugin_settings import refusal
 
-        for plugin in ("sweeper", "launcher"):  # before Hydra builds them, and before the sweep dir is made
-            refusal = unknown_setting(config, plugin)
-            if refusal is not None:
-                exit_with(refusal)
+        if refusal(config) is not None:  # before Hydra builds the sweeper and launcher, and the sweep dir is made
+            exit_with(refusal(config))
         _exit_if_no_jobs(config)  # before the sweep dir is made: nothing would go into it
         _exit_if_submitit_cannot_run(config)
         _id_folders[:] = _submitit_id_folders(config)

@@ -1,6 +1,7 @@
-"""A multirun's sweeper and launcher settings checked against the settings their options have, before Hydra builds
-them: a key they lack (`+hydra.sweeper.foo=1`) ended in Hydra's `Error in call to target` with the plugin's
-TypeError, exit 1, or, under submitit, in a NameError traceback once the sweep had started."""
+"""A multirun's sweeper and launcher settings checked before Hydra builds them: a key their options lack
+(`+hydra.sweeper.foo=1`) ended in Hydra's `Error in call to target` with the plugin's TypeError, exit 1, or, under
+submitit, in a NameError traceback once the sweep had started; a value Hydra's basic sweeper asserts on, in an
+AssertionError traceback."""
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.errors import UserError
@@ -55,3 +56,16 @@ def _submitit_settings(choice: str) -> list:
         return []
     return ["max_num_timeout", *sorted(executor._valid_parameters())]
 
+
+def refusal(config: DictConfig) -> UserError | None:
+    """The first sentence for the multirun's sweeper and launcher settings, or None."""
+    for plugin in ("sweeper", "launcher"):
+        refused = unknown_setting(config, plugin)
+        if refused is not None:
+            return refused
+    batch = OmegaConf.select(config, "hydra.sweeper.max_batch_size", default=None)
+    basic = "BasicSweeper" in str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
+    if basic and isinstance(batch, int) and batch <= 0:  # Hydra's basic sweeper asserts it is positive
+        return UserError(f"hydra.sweeper.max_batch_size={batch} launches no job at a time; set it to 1 or more, or "
+                         "null (every job in one batch).")
+    return None
