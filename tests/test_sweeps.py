@@ -514,6 +514,20 @@ def test_a_sweep_whose_sweeper_or_launcher_is_refused_leaves_no_new_sweep_dir(da
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("given", ["hydra.sweeper.params={seed:'0,1'}", "+hydra.sweeper.params.seed='0,1'"],
+                         ids=["dict", "key"])
+def test_the_basic_sweepers_params_on_the_command_line_are_one_sentence_naming_the_override(data_dir, tmp_path,
+                                                                                           given):
+    """OmegaConf cannot merge into the basic sweeper's params, null until set: an AttributeError or AssertionError
+    traceback, exit 1. The same sweep as an override of its own runs."""
+    proc = multirun(data_dir, tmp_path / "new" / "sweep", "model=linear", given, check=False)
+    assert proc.returncode == 2 and proc.stderr == (
+        "error: hydra.sweeper.params cannot be set on the command line under Hydra's basic sweeper (OmegaConf "
+        "cannot merge into its params, null until a config sets them); give each sweep as an override of its own: "
+        "seed=0,1.\n"), proc.stderr[-2000:]
+    assert not (tmp_path / "new").exists()
+
+
 @pytest.mark.parametrize("search", [[], ["hparams_search=digits_mlp", "hydra.sweeper.n_trials=1"]],
                          ids=["grid", "optuna"])
 @pytest.mark.parametrize("swept", ["seed=range(0,10,0)", "model.dropout=range(0.0,0.5,0.0)"], ids=["int", "float"])

@@ -151,6 +151,35 @@ def refuse_mistyped_values(argv: list, schema) -> None:
     sweeper = _sweeper_schema(_chosen_sweeper(argv))  # its lists: hydra.sweeper.directions=maximize
     if sweeper is not None:
         refuse_values_that_are_not_lists(argv, sweeper, prefix="hydra.sweeper.")
+    _refuse_params_of_the_basic_sweeper(argv)
+
+
+def _refuse_params_of_the_basic_sweeper(argv: list) -> None:
+    """`-m hydra.sweeper.params={seed:'0,1'}` (or `+hydra.sweeper.params.seed='0,1'`): Hydra's basic sweeper's
+    params are a typed dict, null until a config sets them, which OmegaConf cannot merge into (an AttributeError or
+    AssertionError traceback, exit 1); one sentence with the same sweep as an override of its own instead."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if _chosen_sweeper(argv) != "basic":
+        return
+    for before, arg in zip([""] + argv, argv):
+        key = arg.partition("=")[0].lstrip("+")
+        if "=" not in arg or before in FLAGS_WITH_VALUES or key.split(".")[:3] != ["hydra", "sweeper", "params"]:
+            continue
+        try:
+            override = OverridesParser.create().parse_overrides([arg])[0]
+        except Exception:  # noqa: BLE001 — Hydra's own grammar error says what is wrong with it
+            continue
+        value = override.value()
+        if key == "hydra.sweeper.params" and isinstance(value, dict):
+            sweeps = [f"{k}={v}" for k, v in value.items()]
+        elif key != "hydra.sweeper.params" and not isinstance(value, dict) and not override.is_sweep_override():
+            sweeps = [f"{key.removeprefix('hydra.sweeper.params.')}={value}"]
+        else:
+            continue  # Hydra's own error
+        exit_with(UserError("hydra.sweeper.params cannot be set on the command line under Hydra's basic sweeper "
+                            "(OmegaConf cannot merge into its params, null until a config sets them); give each sweep "
+                            f"as an override of its own: {' '.join(sweeps)}."))
 
 
 def _sweeper_setting(argv: list, key: str) -> tuple:
