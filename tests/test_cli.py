@@ -600,8 +600,10 @@ def test_a_relative_paths_data_dir_is_the_users_own_with_hydra_job_chdir(data_di
      "hydra.sweeper.pruner.n_warmup_steps must be an integer, got some."),  # the chosen pruner's
     (["-m", "hparams_search=digits_mlp", "hydra.sweeper.directions=maximize"],
      "hydra.sweeper.directions must be a list, got maximize; write it in brackets: hydra.sweeper.directions=[maximize]."),
+    (["-m", "seed=0,1", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=abc"],
+     "hydra.launcher.timeout_min must be an integer, got abc."),  # submitit's launchers'
 ], ids=["word", "fraction", "optional", "null", "list", "bool", "force-add", "sweep", "empty", "hydras", "optuna",
-        "basic-sweeper", "sampler", "chosen-sampler", "pruner", "directions"])
+        "basic-sweeper", "sampler", "chosen-sampler", "pruner", "directions", "submitit"])
 def test_a_value_of_the_wrong_type_is_one_sentence_naming_the_type(data_dir, tmp_path, args, sentence):
     """Hydra ended them in 'Error merging override ...' and OmegaConf's node details (full_key, reference_type,
     object_type), exit 1."""

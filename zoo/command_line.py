@@ -130,10 +130,8 @@ def refuse_mistyped_values(argv: list, schema) -> None:
         # Hydra's basic one) and the population launcher's where the command line chooses them
         if key.startswith("hydra.sweeper."):
             return _typed_setting(*_sweeper_setting(argv, key.removeprefix("hydra.sweeper.")))
-        if key.startswith("hydra.launcher.") and _chooses_the_population_launcher(argv):
-            from hydra_plugins.zoo_population_launcher.population_launcher import PopulationLauncherConf
-
-            return _typed_setting(PopulationLauncherConf, key.removeprefix("hydra.launcher."))
+        if key.startswith("hydra.launcher."):
+            return _typed_setting(_launcher_schema(_chosen_launcher(argv)), key.removeprefix("hydra.launcher."))
         if key.startswith("hydra."):
             return _typed_setting(HydraConf, key.removeprefix("hydra."))
         return _typed_setting(schema, key)
@@ -226,14 +224,27 @@ def _chosen_sweeper(argv: list) -> str:
     return chosen
 
 
-def _chooses_the_population_launcher(argv: list) -> bool:
-    """hydra/launcher=population, the last hydra/launcher= deciding."""
-    chosen = False
+def _chosen_launcher(argv: list):
+    """The launcher's name where the command line chooses it (hydra/launcher=NAME, the last deciding), else None."""
+    chosen = None
     for arg in argv:
         key, _, value = arg.partition("=")
         if key.lstrip("+") == "hydra/launcher":
-            chosen = value.strip() == "population"
+            chosen = value.strip()
     return chosen
+
+
+def _launcher_schema(name):
+    """The settings' dataclass of the launcher `name` where the zoo knows it (its population launcher, submitit's)."""
+    if name == "population":
+        from hydra_plugins.zoo_population_launcher.population_launcher import PopulationLauncherConf
+
+        return PopulationLauncherConf
+    if name in ("submitit_local", "submitit_slurm"):
+        from hydra_plugins.hydra_submitit_launcher import config
+
+        return config.LocalQueueConf if name == "submitit_local" else config.SlurmQueueConf
+    return None
 
 
 def _typed_setting(schema, key: str):
