@@ -356,6 +356,12 @@ def test_a_stopped_trial_refused_under_other_settings_stays_stopped_for_the_swee
      r"tag\(log, interval\(a, b\)\) \(tag\(log, int\(interval\(a, b\)\)\) for integers\), or leave the tag "
      r"out\.$"),
     ({"params": {"trainer.batch_size": "tag(log, choice(16, 32))"}}, r"asks for a log scale, which only an interval"),
+    # every trial trained the same run: n_trials of them
+    ({"params": {}}, r"^the Optuna sweep searches nothing \(neither hydra\.sweeper\.params nor the command line has "
+                     r"an interval\(\.\.\.\), choice\(\.\.\.\) or range\(\.\.\.\)\), so each of its 6 trials would "
+                     r"train the same run; search a setting, e\.g\. "
+                     r"'optimizer\.learning_rate=tag\(log,interval\(1e-4,1e-1\)\)', or leave hydra/sweeper out\.$"),
+    ({"params": {"seed": "3"}}, r"^the Optuna sweep searches nothing "),
 ])
 def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, settings, message, runs_jobs_here):
     settings = {k: OmegaConf.structured(v) if k in ("sampler", "pruner") else v for k, v in settings.items()}

@@ -231,6 +231,11 @@ class OptunaSweep:
             raise UserError("Optuna cannot prune a multi-objective study; drop hydra/sweeper/pruner or use one "
                             "direction.")
         space = parse_search_space(self.params, arguments)
+        if not space.distributions:  # each trial would train the same run
+            raise UserError("the Optuna sweep searches nothing (neither hydra.sweeper.params nor the command line has "
+                            "an interval(...), choice(...) or range(...)), so each of its "
+                            f"{self.n_trials} trials would train the same run; search a setting, e.g. "
+                            "'optimizer.learning_rate=tag(log,interval(1e-4,1e-1))', or leave hydra/sweeper out.")
         _check_searched_keys(self.config, space, self.params)
         _check_searched_types(self.config, space, self.params, arguments)
         self._check_searched_groups(space)
