@@ -200,6 +200,17 @@ def test_a_stored_study_continues_with_n_trials_new_trials(tmp_path):
     assert not set(suggested[0]) & set(suggested[1])  # the seeded sampler does not start over
 
 
+def test_a_stored_study_seeded_near_the_largest_seed_continues(tmp_path):
+    """The rerun's sampler is seeded with the seed plus the trials so far: past 2**32 - 1, the largest seed Optuna
+    takes, a rerun of a command the first run had taken was refused (`could not build hydra.sweeper.sampler ...:
+    Seed must be between 0 and 2**32 - 1`)."""
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    for _ in range(2):
+        make_sweep(tmp_path, RecordingLauncher(), sampler=TPESamplerConfig(seed=2**32 - 1), storage=storage,
+                   n_trials=2).sweep([])
+    assert len(optuna.load_study(study_name="test", storage=storage).trials) == 4
+
+
 def test_a_continued_study_suggests_the_same_trials_when_its_rerun_is_repeated(tmp_path):
     suggested = []
     for copy in ("a", "b"):

@@ -189,8 +189,9 @@ class OptunaSweep:
             return None
         if trials_so_far and cfg.get("seed") is not None:
             # a seeded sampler would repeat the suggestions its study started with; the offset keeps a rerun
-            # of the same command on the same study reproducible
-            cfg = OmegaConf.merge(cfg, {"seed": int(cfg.seed) + trials_so_far})
+            # of the same command on the same study reproducible, modulo the 2**32 seeds Optuna takes (a seed
+            # near the largest was refused on a rerun)
+            cfg = OmegaConf.merge(cfg, {"seed": (int(cfg.seed) + trials_so_far) % 2**32})
         _check_sampler_packages(cfg)
         sampler = build_optuna_object(cfg, "optuna.samplers", "BaseSampler", "hydra.sweeper.sampler")
         return sampler(grid) if isinstance(sampler, functools.partial) else sampler  # GridSampler: grid = space
