@@ -373,6 +373,11 @@ def test_a_stopped_trial_refused_under_other_settings_stays_stopped_for_the_swee
                      r"train the same run; search a setting, e\.g\. "
                      r"'optimizer\.learning_rate=tag\(log,interval\(1e-4,1e-1\)\)', or leave hydra/sweeper out\.$"),
     ({"params": {"seed": "3"}}, r"^the Optuna sweep searches nothing "),
+    # it said `a sweep parameter could not be parsed`, naming none
+    ({"params": {**PARAMS, "seed": "choice(1,"}}, r"^hydra\.sweeper\.params\.seed=choice\(1, could not be parsed "
+                                                  r"\(no viable alternative at input 'choice\(1,'\); write it in "
+                                                  r"Hydra's override grammar, e\.g\. choice\(1, 2\), "
+                                                  r"interval\(0\.1, 0\.5\), range\(1, 10\)\.$"),
 ])
 def test_bad_sweeper_settings_are_one_sentence_naming_the_setting(tmp_path, settings, message, runs_jobs_here):
     settings = {k: OmegaConf.structured(v) if k in ("sampler", "pruner") else v for k, v in settings.items()}

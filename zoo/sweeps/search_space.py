@@ -92,9 +92,19 @@ def _checked_distribution(override: Override):
 def parse_search_space(params: dict, arguments: list) -> SearchSpace:
     """The preset's `params`, then the command line's overrides (which win for the same key)."""
     lines = [f"{key}={value}" for key, value in (params or {}).items()] + list(arguments)
+    parser = OverridesParser.create()
     try:
-        overrides = OverridesParser.create().parse_overrides(lines)
+        overrides = parser.parse_overrides(lines)
     except HydraException as e:
+        for line in lines:  # the one that does not parse, named by its setting (the command line's Hydra parsed)
+            try:
+                parser.parse_overrides([line])
+            except HydraException as error:
+                where = f"hydra.sweeper.params.{line}" if line not in arguments else line
+                said = [m for m in str(error).splitlines() if m and not m.startswith(("See ", "Error parsing"))]
+                raise UserError(f"{where} could not be parsed ({(said or [brief(error)])[0].rstrip('.')}); write it "
+                                "in Hydra's override grammar, e.g. choice(1, 2), interval(0.1, 0.5), "
+                                "range(1, 10).") from None
         raise UserError(f"a sweep parameter could not be parsed: {str(e).splitlines()[0]}") from None
     space = SearchSpace()
     for override in overrides:
