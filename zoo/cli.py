@@ -177,8 +177,9 @@ class RunDirCheck(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         from zoo.sweeps.plugin_settings import refusal
 
-        if refusal(config) is not None:  # before Hydra builds the sweeper and launcher, and the sweep dir is made
-            exit_with(refusal(config))
+        refused = refusal(config)
+        if refused is not None:  # before Hydra builds the sweeper and launcher, and the sweep dir is made
+            exit_with(refused)
         _exit_if_no_jobs(config)  # before the sweep dir is made: nothing would go into it
         _exit_if_submitit_cannot_run(config)
         _id_folders[:] = _submitit_id_folders(config)
@@ -234,8 +235,8 @@ def _exit_if_no_jobs(config) -> None:
     from zoo.sweeps.search_space import zero_step
 
     for override in by_key.values():  # as the sweeper does: a key's last override replaces its earlier ones
-        if zero_step(override) is not None:
-            exit_with(zero_step(override))
+        if (refused := zero_step(override)) is not None:
+            exit_with(refused)
         if override.is_interval_sweep():
             exit_with(UserError(f"{override.input_line} is an interval, which only an Optuna search draws from "
                                 "(hparams_search=...); list the grid's values (key=a,b,c) or give a "

@@ -109,8 +109,8 @@ def _overridden_values(argv: list, setting_of, sweeps_only_under_m: bool):
         elif override.is_discrete_sweep() and (multirun or not sweeps_only_under_m):
             from zoo.sweeps.search_space import zero_step
 
-            if zero_step(override) is not None:  # its values cannot be enumerated: a traceback
-                exit_with(zero_step(override))
+            if (refused := zero_step(override)) is not None:  # its values cannot be enumerated: a traceback
+                exit_with(refused)
             yield override, setting, [(v, str(v)) for v in override.sweep_iterator()]
 
 

@@ -50,9 +50,9 @@ def zero_step(override: Override) -> UserError | None:
 def _distribution(override: Override):
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    value, key = override.value(), override.get_key_element()
-    if zero_step(override) is not None:
-        raise zero_step(override)
+    value = override.value()
+    if (refused := zero_step(override)) is not None:
+        raise refused
     tags = sorted(getattr(value, "tags", None) or ())  # a tag not read left the search on a linear scale
     if [t for t in tags if t != "log"]:
         unread = ", ".join(t for t in tags if t != "log")
