@@ -430,6 +430,17 @@ def test_a_num_classes_other_than_the_catalog_datasets_own_is_refused(make_cfg, 
             load_dataset(cfg.dataset, cfg.paths.data_dir)
 
 
+@pytest.mark.parametrize("num_classes", [12, 5])
+def test_a_num_classes_other_than_the_embedded_datasets_own_is_refused(make_cfg, num_classes):
+    """dataset=digits dataset.num_classes=12 trained a model of 12 outputs, 2 of them for no label; too few
+    classes were told without the count to set."""
+    cfg = make_cfg("dataset=digits", f"dataset.num_classes={num_classes}")
+    with pytest.raises(UserError, match=rf"^dataset=digits has 10 classes \(its labels 0\.\.9\), not the "
+                                        rf"{num_classes} dataset\.num_classes={num_classes} gives; set "
+                                        r"dataset\.num_classes=10\.$"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+
+
 class ZooTestTrainOnly(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """A catalog-like dataset prepared with a train split alone (as eurosat, tf_flowers, cats_vs_dogs are)."""
 

@@ -100,7 +100,7 @@ BAD_VALUES = [
     ("model=cnn dataset=diabetes", r"model=cnn cannot be built for dataset=diabetes \(inputs \(10,\)\): .*"
                                    r"model=linear and model=mlp take any input\."),
     ("dataset.num_classes=1", r"dataset\.num_classes must be an integer >= 2 for classification, got 1\."),
-    ("dataset.num_classes=5", r"labels of the test split must be integers in \[0, 5\); check dataset\.num_classes"),
+    ("dataset.num_classes=5", r"dataset=digits has 10 classes \(its labels 0\.\.9\), not the 5 dataset\.num_classes=5"),
     ("dataset.task=regression", r"the test split of dataset=digits has targets of dtype int64 .* set "
                                 r"dataset\.task=classification or pick a regression dataset"),
     ("dataset.noise=0.5", r"dataset\.noise only applies to dataset=synthetic_linear \(it generates that data\); "

@@ -30,6 +30,7 @@ class _ArrayBuilder(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
     x_shape: tuple = ()
     y_spec: tuple = ((), np.int64)
+    num_classes: int | None = None  # a classification set's label count
 
     def __init__(self, *, test_fraction: float = 0.2, **kwargs):
         self.test_fraction = test_fraction
@@ -70,6 +71,7 @@ class ZooDigits(_ArrayBuilder):
     """scikit-learn's 8x8 handwritten digits: 1,797 images, 10 classes, pixel values 0..16."""
 
     x_shape = (8, 8, 1)
+    num_classes = 10  # labels 0..9
 
     def arrays(self):
         from sklearn.datasets import load_digits

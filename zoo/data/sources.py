@@ -372,6 +372,15 @@ def _refuse_other_classes(cfg, info, label_key: str) -> None:
                         f"dataset.num_classes={count}.")
 
 
+def _refuse_other_embedded_classes(cfg, builder) -> None:
+    """As `_refuse_other_classes`, for an embedded set: more classes than its labels trained outputs for no label."""
+    count = builder.num_classes
+    if count and cfg.task == "classification" and cfg.num_classes != count:
+        raise UserError(f"dataset={cfg.name} has {count} classes (its labels 0..{count - 1}), not the "
+                        f"{cfg.num_classes} dataset.num_classes={cfg.num_classes} gives; set "
+                        f"dataset.num_classes={count}.")
+
+
 def _read_arrays(sources, keys, expected) -> dict:
     """From the decoded copy beside the prepared dataset when it matches it; else decode the records, check
     the counts and keep a copy for the next run."""
@@ -421,6 +430,7 @@ def read_splits(cfg, data_dir: str) -> dict:
     _refuse_a_dangling_link(data_dir)
     if cfg.embedded:
         builder = _prepare_embedded(cfg, data_dir)
+        _refuse_other_embedded_classes(cfg, builder)
         where, keys = builder.data_dir, ("x", "y")
         expected = {s: builder.info.splits[s].num_examples for s in SPLITS}
     else:
