@@ -1,4 +1,5 @@
 """Catalog datasets through tfds.testing.mock_data; the offline failure message; embedded split contracts."""
+import contextlib
 import importlib.util
 import json
 import re
@@ -216,6 +217,18 @@ def test_normalisation_uses_train_statistics_only(make_cfg, validation_fraction)
     np.testing.assert_allclose(data.splits["train"].x.std(axis=0), 1, atol=1e-4)
     for split in ("test", "validation") if validation_fraction else ("test",):  # scaled with train's numbers
         assert np.abs(data.splits[split].x.mean(axis=0)).max() > 1e-3
+
+
+@pytest.mark.parametrize("dataset,size", [("diabetes", 354), ("fashion_mnist", 4)])
+def test_a_validation_fraction_that_takes_all_of_train_names_only_that_setting(make_cfg, dataset, size):
+    # it said "lower dataset.validation_fraction or dataset.test_fraction", which a catalog dataset refuses
+    cfg = make_cfg(f"dataset={dataset}", "dataset.validation_fraction=0.999")
+    mock = tfds.testing.mock_data(num_examples=4) if dataset == "fashion_mnist" else contextlib.nullcontext()
+    with mock, pytest.raises(UserError) as err:
+        load_dataset(cfg.dataset, cfg.paths.data_dir)
+    assert str(err.value) == (f"dataset.validation_fraction=0.999 carves all {size} examples of the train split of "
+                              f"dataset={dataset} into validation; lower dataset.validation_fraction so that train "
+                              "keeps at least one example.")
 
 
 def test_validation_split_is_carved_from_train_and_chooses_the_best_checkpoint(make_cfg, tmp_path):

@@ -61,8 +61,9 @@ def check_contract(cfg, raw: dict) -> None:
     for name, (x, y) in raw.items():
         where = f"the {name} split of dataset={cfg.name}"
         if len(x) == 0 or len(x) != len(y):
+            lower = " or dataset.test_fraction" if cfg.get("embedded", True) else ""  # a catalog set refuses it
             raise UserError(f"{where} has {len(x)} inputs and {len(y)} targets; it needs as many of each, at least "
-                            "one (lower dataset.validation_fraction or dataset.test_fraction if a split is empty).")
+                            f"one (lower dataset.validation_fraction{lower} if a split is empty).")
         if shapes[name] != shapes["train"]:
             raise UserError(f"{where} has inputs of shape {shapes[name]} but train has {shapes['train']}; "
                             "delete the prepared dataset in paths.data_dir to prepare it again.")
@@ -90,6 +91,10 @@ def build_dataset(cfg, arrays: dict) -> Dataset:
     if cfg.validation_fraction > 0:
         order = np.random.default_rng(0).permutation(len(x_train))
         n_val = max(1, int(round(len(x_train) * cfg.validation_fraction)))
+        if 0 < len(x_train) <= n_val:  # a split emptied by this setting alone: naming dataset.test_fraction too misled
+            raise UserError(f"dataset.validation_fraction={cfg.validation_fraction} carves all {len(x_train)} "
+                            f"examples of the train split of dataset={cfg.name} into validation; lower "
+                            "dataset.validation_fraction so that train keeps at least one example.")
         raw["validation"] = (x_train[order[:n_val]], y_train[order[:n_val]])
         x_train, y_train = x_train[order[n_val:]], y_train[order[n_val:]]
     raw["train"] = (x_train, y_train)
