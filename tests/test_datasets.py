@@ -256,14 +256,17 @@ def test_unwritable_data_dir_names_the_setting(make_cfg, tmp_path):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
 
 
+@pytest.mark.parametrize("below", [False, True], ids=["itself", "below"])
 @pytest.mark.parametrize("dataset", ["digits", "mnist"])
-def test_a_data_dir_that_is_a_file_is_named_as_such(make_cfg, tmp_path, monkeypatch, dataset):
+def test_a_data_dir_that_is_a_file_is_named_as_such(make_cfg, tmp_path, monkeypatch, dataset, below):
+    # below a file, mnist's offline refusal said to copy the prepared dataset to a_file/sub/mnist, which cannot be made
     monkeypatch.setattr(sources, "_network_reachable", lambda: False)
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    cfg = make_cfg(f"dataset={dataset}", f"paths.data_dir={blocker}")
-    with pytest.raises(UserError, match=r"^paths\.data_dir=.*a_file is a file, not a directory; set paths\.data_dir "
-                                        r"to a directory"):
+    cfg = make_cfg(f"dataset={dataset}", f"paths.data_dir={blocker / 'sub' if below else blocker}")
+    message = (r"a_file/sub is not writable \(Not a directory\); set paths\.data_dir to a directory you can write\.$"
+               if below else r"a_file is a file, not a directory; set paths\.data_dir to a directory")
+    with pytest.raises(UserError, match=rf"^paths\.data_dir=.*{message}"):
         load_dataset(cfg.dataset, cfg.paths.data_dir)
 
 

@@ -4,6 +4,7 @@ the decoded copy kept beside a prepared dataset once it has been read (zoo.data.
 TFDS prepares into an `incomplete.*` directory and renames it when done, so an interrupted or failed
 preparation is never taken for a dataset: the next run prepares again.
 """
+import errno
 import os
 import socket
 import threading
@@ -412,6 +413,17 @@ def _refuse_a_dangling_link(data_dir: str) -> None:
         path = os.path.dirname(path)
 
 
+def _refuse_a_file_above(data_dir: str) -> None:
+    """A data dir below a file cannot be made: a catalog dataset's offline refusal told to copy the prepared dataset
+    there."""
+    path = os.path.dirname(os.path.abspath(data_dir))
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"paths.data_dir={data_dir} is not writable ({os.strerror(errno.ENOTDIR)}); set "
+                        "paths.data_dir to a directory you can write.")  # as preparing an embedded set says it
+
+
 def read_splits(cfg, data_dir: str) -> dict:
     """{'train': (x, y), 'test': (x, y)} as numpy, in the stored (deterministic) order."""
     _refuse_an_embedded_name_from_the_catalog(cfg)
@@ -427,6 +439,7 @@ def read_splits(cfg, data_dir: str) -> dict:
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):  # else "not writable (File exists)", or offline
         raise UserError(f"paths.data_dir={data_dir} is a file, not a directory; set paths.data_dir to a directory "
                         "that holds (or is to hold) the prepared datasets.")
+    _refuse_a_file_above(data_dir)
     _refuse_a_dangling_link(data_dir)
     if cfg.embedded:
         builder = _prepare_embedded(cfg, data_dir)
