@@ -457,6 +457,20 @@ def test_a_num_classes_other_than_the_embedded_datasets_own_is_refused(make_cfg,
         load_dataset(cfg.dataset, cfg.paths.data_dir)
 
 
+@pytest.mark.parametrize("dataset", ["digits", "cifar10"])
+def test_a_finished_run_saved_with_more_classes_than_its_dataset_has_is_read_as_it_was_trained(make_cfg, dataset):
+    """A new run is refused; one trained before that holds the count in its saved config, which eval.py and
+    export.py read and cannot change: they were refused with a sentence asking to change it."""
+    from zoo.train import build
+
+    cfg = make_cfg("debug=smoke", f"dataset={dataset}", "dataset.num_classes=12", "model.hidden=[8]",
+                   "trainer.batch_size=2")
+    with tfds.testing.mock_data(num_examples=4) if dataset == "cifar10" else contextlib.nullcontext():
+        with pytest.raises(UserError, match=rf"^dataset={dataset} has 10 classes"):
+            build(cfg)
+        assert build(cfg, for_training=False).data.out_features == 12
+
+
 class ZooTestTrainOnly(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """A catalog-like dataset prepared with a train split alone (as eurosat, tf_flowers, cats_vs_dogs are)."""
 

@@ -107,7 +107,7 @@ def log_ema(cfg: DictConfig) -> None:
                  cfg.trainer.ema_decay)
 
 
-def load_dataset_once(dataset_cfg, data_dir: str) -> Dataset:
+def load_dataset_once(dataset_cfg, data_dir: str, new_run: bool = True) -> Dataset:
     """In multi-process runs process 0 prepares the data; the others read it once it is complete. A process that
     could not load it says why, and the others stop with a sentence naming it (they would wait at their next
     collective, then fail in a gloo traceback)."""
@@ -120,7 +120,7 @@ def load_dataset_once(dataset_cfg, data_dir: str) -> Dataset:
     if not is_primary():
         stop_if_failed(True)  # (1) released once process 0 has prepared it
     try:
-        data = load_dataset(dataset_cfg, data_dir)
+        data = load_dataset(dataset_cfg, data_dir, new_run)
     except Exception:  # a sentence, or a damaged copy: the others stop too
         stop_if_failed(False)  # in place of the (1) or (2) this process would have met next
         raise
@@ -140,7 +140,7 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     if for_training and jax.process_count() > 1:
         check_same_run(cfg.paths.output_dir, OmegaConf.to_container(cfg, resolve=True))
     setup_compilation_cache(cfg.paths.compilation_cache_dir)
-    data = load_dataset_once(cfg.dataset, cfg.paths.data_dir)
+    data = load_dataset_once(cfg.dataset, cfg.paths.data_dir, for_training)
     task = TASKS[data.task]
     stream = TrainStream(data.splits["train"], cfg.trainer.batch_size, cfg.seed, cfg.dataset.validation_fraction)
     # after the stream has refused a batch above the train split, so that the sizes named fit the split

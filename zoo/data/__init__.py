@@ -3,8 +3,8 @@ from zoo.data.pipeline import Dataset, Split, TrainStream, build_dataset, eval_b
 from zoo.data.sources import read_splits, too_big
 
 
-def load_dataset(cfg, data_dir: str) -> Dataset:
-    arrays = read_splits(cfg, data_dir)
+def load_dataset(cfg, data_dir: str, new_run: bool = True) -> Dataset:
+    arrays = read_splits(cfg, data_dir, new_run)
     try:  # normalising makes a float32 copy of every split
         return build_dataset(cfg, arrays)
     except MemoryError:

@@ -362,21 +362,28 @@ def _refuse_other_features(cfg, info, keys) -> None:
                         "(e.g. mnist, fashion_mnist, cifar10).")
 
 
-def _refuse_other_classes(cfg, info, label_key: str) -> None:
+def _other_classes(cfg, count, new_run: bool) -> bool:
+    """More classes than the labels trained outputs no label reaches, refused for a new run; a finished run so trained
+    is read as it was (eval.py, export.py cannot change its settings). Fewer fail on the first label past them."""
+    return bool(count) and cfg.task == "classification" and (
+        cfg.num_classes < count or (new_run and cfg.num_classes != count))
+
+
+def _refuse_other_classes(cfg, info, label_key: str, new_run: bool) -> None:
     """dataset.num_classes above the count the dataset's own info states trained outputs no label reaches (below it,
     the first label past it was refused without the count to set)."""
     label = info.features[label_key] if info.features is not None else None
     count = label.num_classes if isinstance(label, tfds.features.ClassLabel) else None
-    if count and cfg.task == "classification" and cfg.num_classes != count:
+    if _other_classes(cfg, count, new_run):
         raise UserError(f"{_catalog_name(cfg)} has {count} classes (its {label_key}'s ClassLabel), not the "
                         f"{cfg.num_classes} dataset.num_classes={cfg.num_classes} gives; set "
                         f"dataset.num_classes={count}.")
 
 
-def _refuse_other_embedded_classes(cfg, builder) -> None:
+def _refuse_other_embedded_classes(cfg, builder, new_run: bool) -> None:
     """As `_refuse_other_classes`, for an embedded set: more classes than its labels trained outputs for no label."""
     count = builder.num_classes
-    if count and cfg.task == "classification" and cfg.num_classes != count:
+    if _other_classes(cfg, count, new_run):
         raise UserError(f"dataset={cfg.name} has {count} classes (its labels 0..{count - 1}), not the "
                         f"{cfg.num_classes} dataset.num_classes={cfg.num_classes} gives; set "
                         f"dataset.num_classes={count}.")
@@ -424,8 +431,9 @@ def _refuse_a_file_above(data_dir: str) -> None:
                         "paths.data_dir to a directory you can write.")  # as preparing an embedded set says it
 
 
-def read_splits(cfg, data_dir: str) -> dict:
-    """{'train': (x, y), 'test': (x, y)} as numpy, in the stored (deterministic) order."""
+def read_splits(cfg, data_dir: str, new_run: bool = True) -> dict:
+    """{'train': (x, y), 'test': (x, y)} as numpy, in the stored (deterministic) order. `new_run`: about to train,
+    not a finished run's (see `_other_classes`)."""
     _refuse_an_embedded_name_from_the_catalog(cfg)
     if not data_dir:  # TFDS would read the command's directory, and makedirs('') fails with "No such file"
         raise UserError("paths.data_dir is empty (as is TFDS_DATA_DIR when it is set but empty); set "
@@ -443,7 +451,7 @@ def read_splits(cfg, data_dir: str) -> dict:
     _refuse_a_dangling_link(data_dir)
     if cfg.embedded:
         builder = _prepare_embedded(cfg, data_dir)
-        _refuse_other_embedded_classes(cfg, builder)
+        _refuse_other_embedded_classes(cfg, builder, new_run)
         where, keys = builder.data_dir, ("x", "y")
         expected = {s: builder.info.splits[s].num_examples for s in SPLITS}
     else:
@@ -452,7 +460,7 @@ def read_splits(cfg, data_dir: str) -> dict:
         sources = builder.as_data_source(split=list(SPLITS)) if cfg.embedded else _open_catalog(cfg, data_dir)
         if not cfg.embedded:
             _refuse_other_features(cfg, sources[0].dataset_info, keys)
-            _refuse_other_classes(cfg, sources[0].dataset_info, keys[1])
+            _refuse_other_classes(cfg, sources[0].dataset_info, keys[1], new_run)
         arrays = _read_arrays(sources, keys, expected)
     except UserError:
         raise
