@@ -231,6 +231,18 @@ def test_a_validation_fraction_that_takes_all_of_train_names_only_that_setting(m
                               "keeps at least one example.")
 
 
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_a_train_split_smaller_than_the_device_count_names_the_devices_not_a_batch_size(make_cfg, batch_size):
+    # it said "use 3", which the train split's 2 examples refuse as larger than the split
+    cfg = make_cfg("debug=smoke", "dataset=synthetic_linear", "dataset.num_examples=3", "parallel=pmap",
+                   "parallel.cpu_devices=3", f"trainer.batch_size={batch_size}")
+    with pytest.raises(UserError) as err:
+        train(cfg)
+    assert str(err.value) == (f"trainer.batch_size={batch_size} does not split evenly across 3 devices, and the train "
+                              "split (2 examples) holds fewer than one example per device; run on at most 2 devices "
+                              "(parallel.cpu_devices=2 on CPU) or train on more examples.")
+
+
 def test_validation_split_is_carved_from_train_and_chooses_the_best_checkpoint(make_cfg, tmp_path):
     cfg = make_cfg("debug=smoke", "dataset.validation_fraction=0.1", "trainer.eval_every=2",
                    "trainer.checkpoint_every=2", "checkpoint.keep=1", "checkpoint.keep_best=1")

@@ -98,6 +98,12 @@ def make_mode(cfg, devices: list):
 def check_batch_divides(batch_size: int, num_devices: int, train_examples: Optional[int] = None) -> None:
     """`train_examples`: the train split's size, which no size named may exceed (it would be refused next)."""
     if batch_size % num_devices:
+        if train_examples is not None and train_examples < num_devices:  # no batch size fits: each named is refused
+            n = f"{train_examples} example{'s' * (train_examples != 1)}"
+            raise UserError(f"trainer.batch_size={batch_size} does not split evenly across {num_devices} devices, "
+                            f"and the train split ({n}) holds fewer than one example per device; run on at most "
+                            f"{n.replace('example', 'device')} (parallel.cpu_devices={train_examples} on CPU) or "
+                            "train on more examples.")
         lower = batch_size - batch_size % num_devices
         upper = lower + num_devices
         if train_examples is not None and upper > train_examples and lower:
