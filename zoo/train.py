@@ -20,7 +20,7 @@ from zoo.ema import evaluating_averaged
 from zoo.optim import build_optimizer, check_run_length
 from zoo.outputs import open_outputs
 from zoo.parallel import check_batch_divides, make_mode, round_up, select_devices
-from zoo.parallel.distributed import check_same_run, claim_process_id, failed_processes, is_primary
+from zoo.parallel.distributed import check_same_run, failed_processes, is_primary
 from zoo.preemption import preempted, stop_on_signals
 from zoo.privacy.plan import PrivacyPlan, plan_privacy
 from zoo.state import TrainState, create_state
@@ -134,9 +134,9 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     """Everything a run needs; eval.py and export.py build a finished run's (for_training=False) on devices
     that need not divide its train batch, since eval batches are padded."""
     validate(cfg, new_run=for_training)
-    if for_training:  # before joining: JAX's coordinator takes a second process 1 for process 1 restarted
-        claim_process_id(cfg.distributed, cfg.paths.output_dir)
-    mode = make_mode(cfg.parallel, select_devices(cfg.parallel, cfg.distributed))  # before any JAX work
+    # before any JAX work; a training run's processes hold their distributed.process_id in its dir, as they join
+    devices = select_devices(cfg.parallel, cfg.distributed, cfg.paths.output_dir if for_training else None)
+    mode = make_mode(cfg.parallel, devices)
     if for_training and jax.process_count() > 1:
         check_same_run(cfg.paths.output_dir, OmegaConf.to_container(cfg, resolve=True))
     setup_compilation_cache(cfg.paths.compilation_cache_dir)

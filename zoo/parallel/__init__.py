@@ -42,10 +42,11 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def select_devices(cfg, distributed=None) -> list:
+def select_devices(cfg, distributed=None, run_dir=None) -> list:
     """Devices for this run, across all processes; call before any other JAX work.
 
-    `cpu_devices=N` simulates N CPU devices per process (a laptop can try pmap and sharded).
+    `cpu_devices=N` simulates N CPU devices per process (a laptop can try pmap and sharded). `run_dir`: a training
+    run's, where its processes hold their distributed.process_id (zoo.parallel.distributed.claim_process_id).
     """
     global _cpu_devices_set
     n = cfg.cpu_devices
@@ -57,7 +58,7 @@ def select_devices(cfg, distributed=None) -> list:
         except RuntimeError:
             pass  # JAX already started in this process; the devices it has decide below
     if distributed is not None:
-        init_distributed(distributed)
+        init_distributed(distributed, run_dir)
     if jax.process_count() > 1:
         counts = collections.Counter(d.process_index for d in jax.devices())
         if len(set(counts.values())) > 1:  # every process holds an equal share of each global batch

@@ -23,8 +23,9 @@ from zoo.errors import ProcessesNotJoined, UserError
 _not_joined = None
 
 
-def init_distributed(cfg) -> None:
-    """Join the process group; must run after jax_num_cpu_devices is set and before any JAX work."""
+def init_distributed(cfg, run_dir=None) -> None:
+    """Join the process group; must run after jax_num_cpu_devices is set and before any JAX work. `run_dir`: a
+    training run's, where this process holds its distributed.process_id while it runs (claim_process_id)."""
     if _not_joined is not None:
         raise ProcessesNotJoined(_not_joined)
     if cfg.mode == "none" or jax.distributed.is_initialized():  # eval.py joins before building its run
@@ -37,6 +38,8 @@ def init_distributed(cfg) -> None:
         kwargs = dict(coordinator_address=cfg.coordinator_address, num_processes=cfg.num_processes,
                       process_id=cfg.process_id)
         _check_resolves(cfg.coordinator_address)
+        if run_dir is not None:  # once the settings are checked (nothing made for a refused command), before the
+            claim_process_id(cfg, run_dir)  # port's: a second process 0 finds it taken by the first
         if cfg.process_id == 0:
             _check_port_free(cfg.coordinator_address)
     else:  # auto: SLURM, Open MPI, Kubernetes, TPU pods — whatever jax.distributed detects
