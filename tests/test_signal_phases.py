@@ -270,3 +270,24 @@ def test_sigterm_after_a_sweeps_job_completed_ends_it_before_the_next(data_dir, 
     assert (sweep / "0" / "results.json").is_file() and not (sweep / "1" / "results.json").exists()
     with open(sweep / "summary.csv") as f:
         assert [(r["job"], r["status"]) for r in csv.DictReader(f)] == [("0", "completed")]
+
+
+@pytest.mark.parametrize("launcher", ["basic", "population"])
+def test_a_stopped_sweep_whose_study_was_in_memory_does_not_ask_for_a_rerun(data_dir, tmp_path, launcher):
+    """An Optuna study kept in memory (hydra.sweeper.storage=null) ends with its command: the rerun the stop used
+    to ask for was refused (`holds the trials of a study kept in memory`), so the stop says what does continue."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "debug=smoke", "hydra/sweeper=zoo_optuna", "optimizer.learning_rate=interval(1e-4,1e-2)",
+            "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", f"hydra/launcher={launcher}",
+            f"hydra.sweep.dir={sweep}"]
+    stopped = train_signalled_in("zoo.run_logger", "RunLogger.log", args, data_dir)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert "rerun the same multirun command" not in last, last
+    assert last.startswith("error: stopped by SIGTERM at step 2; ") and "hydra.sweeper.storage=null" in last, last
+    with open(sweep / "summary.csv") as f:
+        reasons = [r["reason"] for r in csv.DictReader(f)]
+    assert reasons and all("hydra.sweeper.storage=null" in r and "to resume the sweep" not in r for r in reasons)
+    rerun = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 2 and "which no command can continue" in rerun.stderr  # as the stop said

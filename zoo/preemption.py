@@ -8,16 +8,38 @@ from zoo.errors import UserError
 from zoo.startup import Terminated, stops_on_sigterm_as_on_ctrl_c
 
 
+# a stopped sweep whose Optuna study lived in memory: a rerun in its hydra.sweep.dir is refused (numbered job
+# directories) or starts a new study, so its stop asks for no rerun
+STUDY_IN_MEMORY = ("hydra.sweeper.storage=null kept the sweep's Optuna study in memory, so it ended with this command "
+                   "and no rerun continues it; for a sweep that a rerun resumes, choose a new hydra.sweep.dir and set "
+                   "hydra.sweeper.storage=sqlite:///${hydra.sweep.dir}/optuna.db")
+
+
+def study_in_memory(hydra_cfg) -> bool:
+    """Whether the multirun of `hydra_cfg` (a job's hydra node) is a zoo Optuna sweep without storage."""
+    from omegaconf import OmegaConf
+
+    if hydra_cfg is None:
+        return False
+    target = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="") or "")
+    return target.endswith(".ZooOptunaSweeper") and OmegaConf.select(hydra_cfg, "sweeper.storage", default="") is None
+
+
 class Preempted(UserError):
     def __init__(self, step: int, signum: int, run_dir: str, sweep_dir: str | None = None, saved: bool = True,
-                 resume_never: bool = False, setting: str = "hydra.run.dir"):
+                 resume_never: bool = False, setting: str = "hydra.run.dir", in_memory: bool = False):
         """`resume_never`: the run was started with trainer.resume=never, which refuses its own checkpoints.
-        `setting`: the one that put the run in `run_dir` (paths.output_dir where set apart from hydra.run.dir)."""
+        `setting`: the one that put the run in `run_dir` (paths.output_dir where set apart from hydra.run.dir).
+        `in_memory`: its sweep's Optuna study was kept in memory (study_in_memory)."""
         self.step, self.signum, self.run_dir, self.exit_code = step, signum, run_dir, 128 + signum
         self.sweep_dir, self.saved, self.resume_never, self.setting = sweep_dir, saved, resume_never, setting
+        self.in_memory = in_memory
         stopped = f"stopped by {signal.Signals(signum).name} at step {step}"
         if not saved:
             super().__init__(f"{stopped}; checkpoint.enabled=false, so nothing was saved and rerunning starts over")
+            return
+        if sweep_dir and in_memory:
+            super().__init__(f"{stopped}; the checkpoint is saved, but {STUDY_IN_MEMORY}")
             return
         how = (f"rerun the same multirun command (hydra.sweep.dir={sweep_dir}) to resume the sweep" if sweep_dir
                else f"resume with the same command, trainer.resume=auto instead of never, and {setting}={run_dir}"
@@ -26,7 +48,7 @@ class Preempted(UserError):
 
     def __reduce__(self):  # a launcher in another process (submitit) sends it back pickled
         return type(self), (self.step, self.signum, self.run_dir, self.sweep_dir, self.saved, self.resume_never,
-                            self.setting)
+                            self.setting, self.in_memory)
 
 
 def preempted(step: int, signum: int, run_dir: str, hydra_cfg=None, saved: bool = True,
@@ -41,8 +63,9 @@ def preempted(step: int, signum: int, run_dir: str, hydra_cfg=None, saved: bool 
     if not in_multirun(hydra_cfg):  # paths.output_dir set apart from hydra.run.dir: a new hydra.run.dir finds it
         return Preempted(step, signum, os.path.abspath(run_dir), saved=saved, resume_never=resume_never,
                          setting=run_dir_setting(run_dir))
-    sweep_dir = (hydra_cfg if hydra_cfg is not None else HydraConfig.get()).sweep.dir
-    return Preempted(step, signum, os.path.abspath(run_dir), os.path.abspath(sweep_dir), saved)
+    hydra_cfg = hydra_cfg if hydra_cfg is not None else HydraConfig.get()
+    return Preempted(step, signum, os.path.abspath(run_dir), os.path.abspath(hydra_cfg.sweep.dir), saved,
+                     in_memory=study_in_memory(hydra_cfg))
 
 
 class StopFlag:

@@ -45,6 +45,8 @@ def end_sweep_if_stopped(job_return=None) -> None:
     if known and not stopped.saved:
         outcome = ("checkpoint.enabled=false, so nothing was saved — rerunning the same multirun command (same "
                    "hydra.sweep.dir) starts the jobs it stopped over.")
+    elif known and getattr(stopped, "in_memory", False):
+        outcome = f"every job it stopped saved its checkpoint, but {preemption.STUDY_IN_MEMORY}."
     else:
         outcome = ("every job it stopped saved its checkpoint — rerun the same multirun command (same "
                    "hydra.sweep.dir) to resume the sweep.")
