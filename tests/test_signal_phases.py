@@ -291,3 +291,18 @@ def test_a_stopped_sweep_whose_study_was_in_memory_does_not_ask_for_a_rerun(data
     rerun = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
                            capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 2 and "which no command can continue" in rerun.stderr  # as the stop said
+
+
+@pytest.mark.parametrize("launcher", ["basic", "population"])
+def test_ctrl_c_while_a_sweep_whose_study_is_in_memory_loads_its_data_asks_for_no_rerun(data_dir, tmp_path,
+                                                                                         launcher):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "debug=smoke", "hydra/sweeper=zoo_optuna", "optimizer.learning_rate=interval(1e-4,1e-2)",
+            "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", f"hydra/launcher={launcher}",
+            f"hydra.sweep.dir={sweep}"]
+    done = train_signalled_in("zoo.train", "load_dataset", args, data_dir, signame="SIGINT")
+    assert done.returncode == 130
+    last = done.stderr.strip().splitlines()[-1]  # after Optuna's own line about the study it created
+    assert last.startswith("error: interrupted by Ctrl-C; checkpoints already written are kept, but "
+                           "hydra.sweeper.storage=null kept the sweep's Optuna study in memory"), done.stderr
+    assert "rerun the same multirun command" not in done.stderr

@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.errors import Interrupted, ProcessesNotJoined, UserError, exit_with
-from zoo.preemption import Preempted, interrupt_of, interrupts_remembered, raise_a_lost_interrupt
+from zoo.preemption import (STUDY_IN_MEMORY, Preempted, interrupt_of, interrupts_remembered, raise_a_lost_interrupt,
+                            study_in_memory)
 from zoo.startup import Terminated, stops_on_sigterm_as_on_ctrl_c
 
 
@@ -196,8 +197,9 @@ class RunDirCheck(Callback):
         if own_job_at_root:
             _exit_if_in_the_way(sweep, config, "hydra.sweep.dir")
             run_record.remember(sweep, config.hydra.output_subdir)
-        global _sweep_dir
+        global _sweep_dir, _study_in_memory
         _sweep_dir = os.path.abspath(sweep)
+        _study_in_memory = study_in_memory(config.hydra)
         _sweep_job_dirs.clear()
         numbered = numbered_job_dirs(config)
         for job in os.listdir(sweep):  # a rerun in the same sweep dir: its jobs' dirs
@@ -696,6 +698,7 @@ def reader_ctrl_c(unwritten: str) -> str:
 
 _ctrl_c = CTRL_C  # this command's line for a Ctrl-C outside the train loop: train.py's, or a reading command's
 _sweep_dir = None  # this process's multirun, once started: a Ctrl-C that ends it names the sweep to rerun
+_study_in_memory = False  # its Optuna study lives in memory: no rerun continues it
 _sweep_dirs_made = []  # the directories its start made for hydra.sweep.dir, deepest first
 _sweep_job_dirs = set()  # the run directories of the jobs of this process's multirun that have ended
 
@@ -737,6 +740,8 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
                     else "the jobs that completed wrote their results")
             message = f"{stopped}; {kept} — rerun the same multirun command (hydra.sweep.dir={_sweep_dir}) to " \
                       f"{'resume the sweep' if _ctrl_c == CTRL_C else 'run it again'}."
+            if _study_in_memory:
+                message = f"{stopped}; {kept}, but {STUDY_IN_MEMORY}."
         _exit(message, code, hard=True)  # as a single run's: finalising after a cut compilation can segfault
     except ValueError as e:  # Hydra refuses two of its modes together in a traceback, before reading any override
         if not str(e).startswith(HYDRA_MODES_REFUSED):
