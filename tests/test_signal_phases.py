@@ -306,3 +306,16 @@ def test_ctrl_c_while_a_sweep_whose_study_is_in_memory_loads_its_data_asks_for_n
     assert last.startswith("error: interrupted by Ctrl-C; checkpoints already written are kept, but "
                            "hydra.sweeper.storage=null kept the sweep's Optuna study in memory"), done.stderr
     assert "rerun the same multirun command" not in done.stderr
+
+
+def test_sigterm_while_a_batch_finishes_in_a_sweep_whose_study_is_in_memory_asks_for_no_rerun(data_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "debug=smoke", "hydra/sweeper=zoo_optuna", "optimizer.learning_rate=interval(1e-4,1e-2)",
+            "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "hydra/launcher=population",
+            f"hydra.sweep.dir={sweep}"]
+    done = train_signalled_in("zoo.population.train", "_finish", args, data_dir)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: stopped by SIGTERM; the jobs it reached completed, and the sweep ends before its "
+                           "next job, but hydra.sweeper.storage=null kept the sweep's Optuna study in memory"), last
+    assert (sweep / "0" / "results.json").is_file() and not (sweep / "2").exists()

@@ -20,6 +20,7 @@ from zoo import preemption
 
 IN_PROCESS_LAUNCHERS = ("BasicLauncher", "PopulationLauncher")  # their jobs end with the sweep's process
 _deferred = False
+_study_in_memory = False  # the sweep's Optuna study lives in memory: no rerun continues it
 
 
 @contextlib.contextmanager
@@ -60,9 +61,10 @@ def end_sweep_before_next_job() -> None:
     if signum is None:
         preemption.job_starts()
         return
+    rest = (f", but {preemption.STUDY_IN_MEMORY}" if _study_in_memory
+            else " — rerun the same multirun command (same hydra.sweep.dir) to run the rest")
     print(f"error: stopped by {signal.Signals(signum).name}; the jobs it reached completed, and the sweep ends "
-          "before its next job — rerun the same multirun command (same hydra.sweep.dir) to run the rest.",
-          file=sys.stderr)
+          f"before its next job{rest}.", file=sys.stderr)
     sys.exit(128 + signum)
 
 
@@ -77,6 +79,8 @@ class EndSweepOnSignal(Callback):
 
     def on_multirun_start(self, config, **kwargs) -> None:
         self.sweep_process = _this_process()
+        global _study_in_memory
+        _study_in_memory = preemption.study_in_memory(config.hydra)
         preemption.forget()
         preemption.sweep_runs_jobs_here(runs_jobs_here(config))
         if not runs_jobs_here(config):
