@@ -52,13 +52,19 @@ def tree_norm(tree) -> float:
 def test_per_example_gradients_equal_a_loop_of_single_example_gradients(make_cfg, model):
     batch, graphdef, state, task = parts(make_cfg, model)
     keys = jax.random.split(jax.random.key(0), 8)
-    grads, _ = per_example_grads(graphdef, task, state.params, state.model_state, batch, keys)
-    for i in range(8):
-        def loss(params):
-            out = nnx.merge(graphdef, params, state.model_state)(batch["x"][i:i + 1], train=True)
-            return task.sums(out, batch["y"][i:i + 1], batch["mask"][i:i + 1])["loss_sum"]
+    # jitted, as in a step: one compile each, not one per operation
+    grads, _ = jax.jit(lambda *a: per_example_grads(graphdef, task, *a))(state.params, state.model_state, batch, keys)
 
-        expected = jax.grad(loss)(state.params)
+    @jax.jit
+    def single_grad(params, x, y, mask):
+        def loss(params):
+            out = nnx.merge(graphdef, params, state.model_state)(x, train=True)
+            return task.sums(out, y, mask)["loss_sum"]
+
+        return jax.grad(loss)(params)
+
+    for i in range(8):
+        expected = single_grad(state.params, batch["x"][i:i + 1], batch["y"][i:i + 1], batch["mask"][i:i + 1])
         for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(expected)):
             np.testing.assert_allclose(got[i], want, atol=1e-6, rtol=1e-6)
 
@@ -111,7 +117,7 @@ def test_every_clipped_example_gradient_is_within_l2_clip(make_cfg):
     batch, graphdef, state, task = parts(make_cfg, "mlp")
     batch["x"] = batch["x"] * 50.0  # large inputs: large gradients, so most examples are clipped
     keys = jax.random.split(jax.random.key(0), 8)
-    raw, _ = per_example_grads(graphdef, task, state.params, state.model_state, batch, keys)
+    raw, _ = jax.jit(lambda *a: per_example_grads(graphdef, task, *a))(state.params, state.model_state, batch, keys)
     clip = 0.5
     gradients = jax.jit(make_private_gradients(graphdef, task, l2_clip=clip, noise_multiplier=0.0,
                                                expected_batch_size=1))
@@ -135,8 +141,8 @@ def test_ghost_clipping_equals_clipping_materialised_per_example_gradients(make_
         gradients = make_private_gradients(graphdef, task, l2_clip=0.5, noise_multiplier=0.0, expected_batch_size=1,
                                            ghost_clipping=use_ghost)
         sums[use_ghost] = jax.jit(gradients)(state, batch)[0]
-    raw, _ = per_example_grads(graphdef, task, state.params, state.model_state, batch,
-                               jax.random.split(jax.random.key(0), 8))
+    raw, _ = jax.jit(lambda *a: per_example_grads(graphdef, task, *a))(state.params, state.model_state, batch,
+                                                                      jax.random.split(jax.random.key(0), 8))
     assert sum(tree_norm(jax.tree.map(lambda g: g[i], raw)) > 0.5 for i in range(6)) >= 3
     for got, want in zip(jax.tree.leaves(sums[True]), jax.tree.leaves(sums[False])):
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5)
@@ -168,8 +174,9 @@ def test_ghost_clipping_follows_strides_dilation_and_padding(conv):
     batch = {"x": jax.random.normal(jax.random.key(1), (5, 9, 8, 2)) * 5, "y": np.arange(5) % 4,
              "mask": np.ones(5, np.float32)}
     task, key = TASKS["classification"], jax.random.key(0)
-    got, _ = ghost.clipped_gradient_sum(graphdef, task, params, rest, batch, key, 0.1)
-    raw, _ = per_example_grads(graphdef, task, params, rest, batch, jax.random.split(key, 5))
+    # jitted, as in a step: one compile each, not one per operation
+    got, _ = jax.jit(lambda *a: ghost.clipped_gradient_sum(graphdef, task, *a, 0.1))(params, rest, batch, key)
+    raw, _ = jax.jit(lambda *a: per_example_grads(graphdef, task, *a))(params, rest, batch, jax.random.split(key, 5))
     want, _ = optax.per_example_global_norm_clip(raw, 0.1)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(g, w, atol=1e-6, rtol=1e-5)
