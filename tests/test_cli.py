@@ -449,12 +449,20 @@ def test_a_ctrl_c_outside_a_task_is_the_commands_own_line(script, says, capsys, 
     assert e.value.code == 130 and err.startswith(f"error: interrupted by Ctrl-C; {says}") and err.count("\n") == 1
 
 
-def test_a_refusal_names_paths_output_dir_when_it_placed_the_run(data_dir, tmp_path):
+@pytest.fixture(scope="module")
+def placed_run(data_dir, tmp_path_factory):
+    """A finished `debug=smoke` run that paths.output_dir placed apart from its hydra.run.dir; the tests that take
+    it only run commands it refuses or reports, which leave it as it was."""
+    base = tmp_path_factory.mktemp("placed")
+    first = run(["debug=smoke", f"hydra.run.dir={base / 'a'}", f"paths.output_dir={base / 'out'}"], data_dir)
+    assert first.returncode == 0, first.stderr
+    return base / "out"
+
+
+def test_a_refusal_names_paths_output_dir_when_it_placed_the_run(data_dir, placed_run, tmp_path):
     """A new hydra.run.dir finds the same outputs again when paths.output_dir put them apart: the advice to
     choose another directory names paths.output_dir."""
-    out = tmp_path / "out"
-    first = run(["debug=smoke", f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], data_dir)
-    assert first.returncode == 0, first.stderr
+    out = placed_run
     again = run(["debug=smoke", "seed=1", f"hydra.run.dir={tmp_path / 'b'}", f"paths.output_dir={out}"], data_dir)
     assert again.returncode == 2
     assert again.stderr.strip().splitlines()[-1] == (
@@ -507,11 +515,10 @@ def test_a_paths_output_dir_is_held_by_a_multiruns_job_too(data_dir, tmp_path):
 
 
 @pytest.mark.parametrize("launcher", ["basic", "population"])
-def test_a_sweeps_fixed_paths_output_dir_is_named_in_its_refusals(data_dir, tmp_path, launcher):
+def test_a_sweeps_fixed_paths_output_dir_is_named_in_its_refusals(data_dir, placed_run, tmp_path, launcher):
     """A multirun job placed by paths.output_dir apart from its job dir was refused as 'hydra.run.dir=DIR' with
     'choose a new hydra.sweep.dir', which finds the same run again."""
-    out = tmp_path / "out"
-    assert run(["debug=smoke", f"hydra.run.dir={tmp_path / 'a'}", f"paths.output_dir={out}"], data_dir).returncode == 0
+    out = placed_run
     sweep = run(["-m", "debug=smoke", "seed=1", f"hydra.sweep.dir={tmp_path / 's'}", f"paths.output_dir={out}",
                  f"hydra/launcher={launcher}"], data_dir)
     assert sweep.returncode == 1, sweep.stderr[-2000:]
