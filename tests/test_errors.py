@@ -917,36 +917,45 @@ def test_eval_of_a_folder_inside_or_above_a_run_names_the_run(make_cfg, trained,
         evaluate(eval_cfg(make_cfg, sweep))
 
 
-def test_eval_of_a_folder_of_runs_names_its_newest_run(make_cfg, tmp_path):
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_eval_of_a_folder_of_runs_names_its_runs_by_name(make_cfg, tmp_path, command):
     """outputs/ or outputs/<date>/ (a path completed one level short) was told to be trained, with
-    checkpoint.enabled=true."""
+    checkpoint.enabled=true; then to pass 'the newest' by modification time, which a copy (cp -r) or a touch of an
+    older run makes the newest. The runs to choose from are named, by name."""
     import os
 
-    outputs = tmp_path / "outputs"
+    from zoo.export.artifact import export
+
+    read = {"eval": evaluate, "export": export}[command]
+    day = tmp_path / "outputs" / "2026-12-05"
     for i, name in enumerate(("09-00-00", "10-00-00")):
-        (outputs / "2026-12-05" / name / "checkpoints").mkdir(parents=True)
-        os.utime(outputs / "2026-12-05" / name, (1000 + i, 1000 + i))
-    (outputs / "eval" / "2026-12-05" / "11-00-00-000001" / ".hydra").mkdir(parents=True)  # eval.py's: no run
-    newest = outputs / "2026-12-05" / "10-00-00"
-    for folder in (outputs, outputs / "2026-12-05"):
-        with pytest.raises(UserError, match=rf"^run_dir={folder} is not a run but holds runs below it; pass one of "
-                                            rf"them, e\.g\. the newest, run_dir={newest}\.$"):
-            evaluate(eval_cfg(make_cfg, folder))
+        (day / name / "checkpoints" / "2").mkdir(parents=True)
+        os.utime(day / name, (1000 - i, 1000 - i))  # the older one touched last
+    (tmp_path / "outputs" / "eval" / "2026-12-05" / "11-00-00-000001" / ".hydra").mkdir(parents=True)  # no run
+    for folder in (tmp_path / "outputs", day):
+        with pytest.raises(UserError, match=rf"^run_dir={folder} is not a run but holds 2 runs below it; pass one of "
+                                            rf"them: run_dir={day / '09-00-00'} or run_dir={day / '10-00-00'}\.$"):
+            read(make_cfg(f"run_dir={folder}", config_name=command))
+    shutil.rmtree(day / "10-00-00")
+    with pytest.raises(UserError, match=rf"^run_dir={day} is not a run but holds a run below it; pass it: "
+                                        rf"run_dir={day / '09-00-00'}\.$"):
+        read(make_cfg(f"run_dir={day}", config_name=command))
 
 
-def test_eval_of_the_folder_of_the_sweeps_names_its_newest_job(make_cfg, tmp_path):
+def test_eval_of_the_folder_of_the_sweeps_names_its_jobs_by_number(make_cfg, tmp_path):
     """multirun/ (the folder of the dated sweeps, whose jobs lie three levels below it) was told to be trained, with
-    checkpoint.enabled=true, where outputs/ names its newest run."""
+    checkpoint.enabled=true, where outputs/ names its runs; then to pass 'the newest' job by modification time."""
     import os
 
     sweep = tmp_path / "multirun" / "2026-12-05" / "13-19-02"
-    for i in (0, 1):
-        (sweep / str(i) / "checkpoints").mkdir(parents=True)
-        os.utime(sweep / str(i), (1000 + i, 1000 + i))
+    for i in (0, 1, 2, 10):
+        (sweep / str(i) / "checkpoints" / "4").mkdir(parents=True)
+        os.utime(sweep / str(i), (1000 - i, 1000 - i))
     (sweep / "multirun.yaml").write_text("{}\n")
     folder = tmp_path / "multirun"
-    with pytest.raises(UserError, match=rf"^run_dir={folder} is not a run but holds runs below it; pass one of "
-                                        rf"them, e\.g\. the newest, run_dir={sweep / '1'}\.$"):
+    with pytest.raises(UserError, match=rf"^run_dir={folder} is not a run but holds 4 runs below it; pass one of "
+                                        rf"them: run_dir={sweep / '0'}, run_dir={sweep / '1'}, run_dir={sweep / '2'} "
+                                        rf"or run_dir={sweep / '10'}\.$"):
         evaluate(eval_cfg(make_cfg, folder))
 
 
@@ -1379,18 +1388,20 @@ def test_eval_without_run_dir_exits_2(data_dir, tmp_path):
     assert_one_sentence(done, 2, "error: run_dir is required")
 
 
-def test_eval_of_a_folder_of_runs_names_the_newest_run_that_holds_a_checkpoint(make_cfg, tmp_path):
-    """A run refused before its first step leaves an empty checkpoints/: named as the newest, it was then refused for
-    having no complete checkpoint. The newest run holding a step is named instead."""
-    import os
-
+def test_eval_of_a_folder_of_runs_names_the_runs_that_hold_a_checkpoint(make_cfg, tmp_path):
+    """A run refused before its first step leaves an empty checkpoints/: named, it would be refused for having no
+    complete checkpoint. The runs holding a step are named; where none does, each run, to be told why."""
     outputs = tmp_path / "outputs" / "2026-12-05"
     (outputs / "09-00-00" / "checkpoints" / "5").mkdir(parents=True)
     (outputs / "10-00-00" / "checkpoints").mkdir(parents=True)  # refused before its first step
-    for i, name in enumerate(("09-00-00", "10-00-00")):
-        os.utime(outputs / name, (1000 + i, 1000 + i))
-    with pytest.raises(UserError, match=rf"^run_dir={outputs} is not a run but holds runs below it; pass one of "
-                                        rf"them, e\.g\. the newest, run_dir={outputs / '09-00-00'}\.$"):
+    with pytest.raises(UserError, match=rf"^run_dir={outputs} is not a run but holds 2 runs below it, 1 with a "
+                                        rf"checkpoint; pass it: run_dir={outputs / '09-00-00'}\.$"):
+        evaluate(eval_cfg(make_cfg, outputs))
+    shutil.rmtree(outputs / "09-00-00" / "checkpoints" / "5")
+    with pytest.raises(UserError, match=rf"^run_dir={outputs} is not a run but holds 2 runs below it, none with a "
+                                        rf"checkpoint \(run_dir={outputs / '09-00-00'} or run_dir="
+                                        rf"{outputs / '10-00-00'}, each says why when passed\); train one with "
+                                        r"checkpoint\.enabled=true, or pass another run_dir\.$"):
         evaluate(eval_cfg(make_cfg, outputs))
 
 

@@ -389,6 +389,19 @@ def runs_below(folder: str, depth: int = 3) -> list:
     return runs
 
 
+def run_choices(runs: list, shown: int = 5) -> str:
+    """The runs to choose from, by name (outputs/<date>/<time> sort by time, a sweep's jobs by number), the last
+    `shown` of them where there are more. Not the newest by modification time: copying a run (cp -r) or touching
+    it makes an older one the newest, and the command would read a run other than the one meant (eval.py, export.py,
+    predict.py)."""
+    runs = sorted(runs, key=lambda path: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)])
+    named = [f"run_dir={run}" for run in runs[-shown:]]
+    before = len(runs) - len(named)
+    if before:
+        return f"{', '.join(named)} or one of the {before} before them"
+    return named[0] if len(named) == 1 else f"{', '.join(named[:-1])} or {named[-1]}"
+
+
 def export_origin(path: str):
     """None unless `path` is an export's folder (model.jax and signature.json, as export.py writes them): then the
     run its signature.json's config was trained in, or '' where that is no longer a training run."""

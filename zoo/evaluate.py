@@ -7,8 +7,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
 from zoo.cli import (a_commands_own_directory, command_read, export_origin, folders_below, holds_steps,
-                     holds_training_run, launch_dir_path, require_dir, run_whose_checkpoints_hold, runs_below,
-                     unwritable_reason, written_whole)
+                     holds_training_run, launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold,
+                     runs_below, unwritable_reason, written_whole)
 from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
                         validate_placement)
 from zoo.errors import UserError
@@ -153,12 +153,25 @@ def _not_a_run(run_dir: str):
                 f"a training run's directory{example}.")
     runs = runs_below(run_dir)
     if runs:  # outputs/, outputs/<date>/, multirun/ or multirun/<date>/: was told to be trained itself
-        # not one refused before its first step, whose checkpoints/ is empty: it has nothing to evaluate
-        newest = max([run for run in runs if holds_steps(os.path.join(run, "checkpoints"))] or runs,
-                     key=os.path.getmtime)
-        return (f"run_dir={run_dir} is not a run but holds runs below it; pass one of them, e.g. the newest, "
-                f"run_dir={newest}.")
+        return _the_runs_below(run_dir, runs)
     return None
+
+
+def _the_runs_below(run_dir: str, runs: list) -> str:
+    """The runs of a folder of runs to pass, by name (zoo.cli.run_choices): those holding a step, not one refused
+    before its first step, whose checkpoints/ is empty and has nothing to read; where none does, each run, which
+    says why it has none once passed."""
+    steps = [run for run in runs if holds_steps(os.path.join(run, "checkpoints"))]
+    below = f"{len(runs)} runs below it" if len(runs) > 1 else "a run below it"
+    if not steps:
+        each = "each says" if len(runs) > 1 else "which says"
+        return (f"run_dir={run_dir} is not a run but holds {below}, {'none with' if len(runs) > 1 else 'without'} a "
+                f"checkpoint ({run_choices(runs)}, {each} why when passed); train one with checkpoint.enabled=true, "
+                "or pass another run_dir.")
+    if len(steps) < len(runs):
+        below += f", {len(steps)} with a checkpoint"
+    return (f"run_dir={run_dir} is not a run but holds {below}; pass {'it' if len(steps) == 1 else 'one of them'}: "
+            f"{run_choices(steps)}.")
 
 
 def _naming_the_other_steps(error: UserError, ckpts: Checkpoints, candidates, target=None) -> UserError:

@@ -7,7 +7,6 @@ import itertools
 import json
 import math
 import os
-import re
 import sys
 import warnings
 
@@ -16,7 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.cli import (a_commands_own_directory, export_origin, holds_training_run, launch_dir_path, require_dir,
-                     run_whose_checkpoints_hold, runs_below, written_whole)
+                     run_choices, run_whose_checkpoints_hold, runs_below, written_whole)
 from zoo.errors import UserError
 from zoo.files import load_json, write_text
 
@@ -149,22 +148,10 @@ def _refuse_a_folder_above_or_inside_a_run(run_dir: str) -> None:
                         f"run_dir={exported[0]}.")
     if exported:
         raise UserError(f"run_dir={run_dir} is not a run but holds {len(exported)} exported runs below it; pass one of "
-                        f"them: {_choices(exported)}.")
+                        f"them: {run_choices(exported)}.")
     if runs:
         raise UserError(f"run_dir={run_dir} is not a run but holds {len(runs)} run{'s' if len(runs) > 1 else ''} below "
-                        f"it, none exported; export one with python export.py and pass it: {_choices(runs)}.")
-
-
-def _choices(runs: list, shown: int = 5) -> str:
-    """The runs to choose from, by name (outputs/<date>/<time> sort by time, a sweep's jobs by number), the last
-    `shown` of them where there are more. Not the newest by modification time: copying a run (cp -r) or touching
-    it makes an older one the newest, and predictions would come from a model other than the one meant."""
-    runs = sorted(runs, key=lambda path: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)])
-    named = [f"run_dir={run}" for run in runs[-shown:]]
-    before = len(runs) - len(named)
-    if before:
-        return f"{', '.join(named)} or one of the {before} before them"
-    return named[0] if len(named) == 1 else f"{', '.join(named[:-1])} or {named[-1]}"
+                        f"it, none exported; export one with python export.py and pass it: {run_choices(runs)}.")
 
 
 def _warn_if_trained_on(run_dir: str, signature: dict) -> None:
