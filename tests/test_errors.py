@@ -1127,7 +1127,7 @@ def test_ctrl_c_and_io_errors_outside_the_loop_are_one_line(make_cfg, capsys, mo
     def disk_full(cfg):
         raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/metrics.jsonl")
 
-    for fn, code, text in [(interrupted, 130, "error: interrupted by Ctrl-C; checkpoints already written are kept"),
+    for fn, code, text in [(interrupted, 130, "error: interrupted by Ctrl-C; no checkpoint was written yet"),
                            (disk_full, 1, "error: No space left on device: /runs/x/metrics.jsonl; free space")]:
         with pytest.raises(SystemExit) as exit_:
             run_task(fn, cfg)
@@ -1152,6 +1152,27 @@ def test_a_stop_outside_the_loop_names_the_directory_the_run_resumes_in(make_cfg
     how = ", trainer.resume=auto instead of never," if resume == "never" else ""
     assert exit_.value.code == 130 and capsys.readouterr().err == (
         f"error: interrupted by Ctrl-C; checkpoints already written are kept — resume with the same command{how} and "
+        f"hydra.run.dir={tmp_path / 'run'}.\n")
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_a_stop_before_the_first_checkpoint_does_not_say_checkpoints_are_kept(make_cfg, capsys, monkeypatch,
+                                                                              tmp_path, stop):
+    """A run stopped while it loaded its data or compiled said 'checkpoints already written are kept' and to
+    'resume' with the same command, where none had been written: the same command trains it from its start."""
+    from zoo.startup import Terminated
+
+    monkeypatch.setattr(zoo.cli, "_hard_exit", lambda code: sys.exit(code))
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)  # opened, no step in it
+
+    def stopped(cfg):
+        raise Terminated if stop == "sigterm" else KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exit_:
+        run_task(stopped, make_cfg("debug=smoke"))
+    how, code = ("stopped by SIGTERM", 143) if stop == "sigterm" else ("interrupted by Ctrl-C", 130)
+    assert exit_.value.code == code and capsys.readouterr().err == (
+        f"error: {how}; no checkpoint was written yet — train it with the same command and "
         f"hydra.run.dir={tmp_path / 'run'}.\n")
 
 

@@ -93,7 +93,7 @@ def test_sigterm_before_training_ends_in_one_line_and_the_same_command_trains(da
     how, code = ("interrupted by Ctrl-C", 130) if phase[2:] == ("SIGINT",) else ("stopped by SIGTERM", 143)
     assert stopped.returncode == code, stopped.stderr[-3000:]
     assert stopped.stderr.strip().splitlines()[-1] == (  # the same command alone would train in a new directory
-        f"error: {how}; checkpoints already written are kept — resume with the same command and "
+        f"error: {how}; no checkpoint was written yet — train it with the same command and "
         f"hydra.run.dir={run_dir}.")
     assert not (run_dir / "results.json").exists() and not list(run_dir.glob("checkpoints/*"))
     with pytest.raises(UserError, match=rf"^run_dir={run_dir} was stopped before its first checkpoint \({how}\), so "

@@ -640,13 +640,17 @@ def _ended_by_its_time_limit(e: BaseException) -> UserError | None:
 
 
 def _where_it_resumes(cfg, output_dir) -> str | None:
-    """How a single run stopped outside its train loop (before it, or by a second Ctrl-C) is resumed: 'the same
-    command' alone resumed nothing under the default hydra.run.dir, outputs/<date>/<time>, which it makes anew."""
+    """What a single run stopped outside its train loop (before it, or by a second Ctrl-C) keeps and how it is run
+    again: 'the same command' alone resumed nothing under the default hydra.run.dir, outputs/<date>/<time>, which it
+    makes anew; and a run stopped before its first checkpoint (loading its data, compiling) has none to keep."""
     if output_dir is None or in_multirun():
         return None
-    never = OmegaConf.select(cfg, "trainer.resume") == "never" and holds_steps(os.path.join(output_dir, "checkpoints"))
-    return (f"resume with the same command{', trainer.resume=auto instead of never,' if never else ''} and "
-            f"{run_dir_setting(output_dir)}={os.path.abspath(output_dir)}")
+    where = f"{run_dir_setting(output_dir)}={os.path.abspath(output_dir)}"
+    if not holds_steps(os.path.join(output_dir, "checkpoints")):
+        return f"no checkpoint was written yet — train it with the same command and {where}"
+    never = OmegaConf.select(cfg, "trainer.resume") == "never"
+    return (f"checkpoints already written are kept — resume with the same command"
+            f"{', trainer.resume=auto instead of never,' if never else ''} and {where}")
 
 
 def exit_if_a_process_is_lost(e: BaseException, output_dir: str | None) -> None:
@@ -661,8 +665,8 @@ def exit_if_a_process_is_lost(e: BaseException, output_dir: str | None) -> None:
 
 def _exit_if_the_users(e: BaseException, resume: str | None = None) -> None:
     """One sentence and an exit code for what ended the task, where the user acts on it; otherwise returns, and
-    the caller raises it on: a sweep's trial fails alone, HYDRA_FULL_ERROR=1 shows the traceback. `resume`: how
-    a single run's command is run again to resume it, said after a stop (_where_it_resumes)."""
+    the caller raises it on: a sweep's trial fails alone, HYDRA_FULL_ERROR=1 shows the traceback. `resume`:
+    what a single run keeps and how its command is run again, said after a stop (_where_it_resumes)."""
     multirun, full = in_multirun(), _full_errors()
     if isinstance(e, UserError):
         if multirun and isinstance(e, Interrupted):
@@ -769,10 +773,11 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
 
 def _stop_line(e: KeyboardInterrupt, resume: str | None = None) -> tuple:
     """(line, exit code) of a Ctrl-C outside the train loop, or of a SIGTERM before it or to a reading command
-    (Terminated). `resume`: how a single run resumes (_where_it_resumes), said in train.py's line."""
+    (Terminated). `resume`: what a single run keeps and how it resumes (_where_it_resumes), said in train.py's
+    line."""
     line = _ctrl_c
     if resume and _ctrl_c == CTRL_C:
-        line = f"interrupted by Ctrl-C; checkpoints already written are kept — {resume}."
+        line = f"interrupted by Ctrl-C; {resume}."
     if isinstance(e, Terminated):
         return line.replace("interrupted by Ctrl-C", "stopped by SIGTERM", 1), 143
     return line, 130
