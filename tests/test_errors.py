@@ -988,6 +988,36 @@ def test_eval_of_an_eval_or_export_commands_own_directory_names_the_run_it_read(
             evaluate(eval_cfg(make_cfg, folder))
 
 
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_eval_of_a_multirun_of_eval_or_export_commands_names_the_run_they_read(make_cfg, tmp_path, command):
+    """python eval.py -m run_dir=R checkpoint=2,4 leaves a multirun whose jobs are eval.py's own directories: passed
+    as run_dir (to eval.py, export.py or predict.py), it was told to pass one of its jobs, which is then refused as
+    not a training run."""
+    run = tmp_path / "outputs" / "2026-12-05" / "13-18-44"
+    (run / "checkpoints" / "2").mkdir(parents=True)
+    sweep = tmp_path / "multirun" / "2026-12-05" / "13-20-00"
+    (sweep / "multirun.yaml").parent.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("{}\n")
+    for job, step in ((0, 2), (1, "latest")):
+        (sweep / str(job) / ".hydra").mkdir(parents=True)
+        (sweep / str(job) / ".hydra" / "overrides.yaml").write_text(f"- run_dir={run}\n- checkpoint={step}\n")
+        (sweep / str(job) / ".hydra" / "config.yaml").write_text(f"run_dir: {run}\ncheckpoint: {step}\n")
+        (sweep / str(job) / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    name: {command}\n")
+    from hydra import compose, initialize_config_dir
+
+    from zoo.export.predict import predict
+
+    said = (rf"^run_dir={sweep} holds the directories of eval\.py or export\.py commands, not training runs; pass a "
+            rf"training run's directory, e\.g\. the one the newest of them read, run_dir={run}\.$")
+    with pytest.raises(UserError, match=said):
+        evaluate(eval_cfg(make_cfg, sweep))
+    np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 1), np.float32))
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("predict", overrides=[f"run_dir={sweep}", f"input={tmp_path / 'x.npy'}"])
+    with pytest.raises(UserError, match=said):  # predict.py, told the same of the job
+        predict(cfg)
+
+
 def test_eval_of_a_sweep_job_that_failed_before_its_first_checkpoint_says_why(make_cfg, tmp_path):
     job = tmp_path / "sweep" / "1"
     (job / "checkpoints").mkdir(parents=True)

@@ -363,6 +363,19 @@ def a_commands_own_directory(run_dir: str):
             f"pass {run}.")
 
 
+def a_folder_of_commands(run_dir: str):
+    """The sentence for a run_dir that holds the directories of eval.py or export.py commands and no run
+    (outputs/eval/, outputs/eval/<date>/, the multirun of eval.py -m), else None."""
+    commands = [path for path in folders_below(run_dir, 2) if command_read(path) is not None]
+    if not commands or runs_below(run_dir):
+        return None
+    read = [command_read(path)[0] for path in sorted(commands, key=os.path.getmtime, reverse=True)]
+    read = [path for path in read if path and holds_training_run(path)]  # not a refused command's run_dir
+    example = f", e.g. the one the newest of them read, run_dir={read[0]}" if read else ""
+    return (f"run_dir={run_dir} holds the directories of eval.py or export.py commands, not training runs; pass "
+            f"a training run's directory{example}.")
+
+
 def _subfolders(folder: str) -> list:
     try:
         names = os.listdir(folder)

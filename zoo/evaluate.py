@@ -6,9 +6,9 @@ import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
-from zoo.cli import (a_commands_own_directory, command_read, export_origin, folders_below, holds_steps,
-                     holds_training_run, launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold,
-                     runs_below, unwritable_reason, written_whole)
+from zoo.cli import (a_commands_own_directory, a_folder_of_commands, command_read, export_origin, holds_steps,
+                     launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold, runs_below,
+                     unwritable_reason, written_whole)
 from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
                         validate_placement)
 from zoo.errors import UserError
@@ -138,19 +138,13 @@ def _not_a_run(run_dir: str):
         return (f"run_dir={run_dir} is an export's folder (model.jax, signature.json), not a training run; pass the "
                 f"run it was exported from{f', run_dir={origin}' if origin else ''}.")
     jobs = find_job_dirs(run_dir) if os.path.isfile(os.path.join(run_dir, "multirun.yaml")) else []
+    jobs = [job for job in jobs if command_read(job) is None]  # not eval.py -m's jobs: named below, as they read
     if jobs:
         return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "
                 "(its summary.md ranks them).")
-    own = a_commands_own_directory(run_dir)
-    if own:  # outputs/eval/<date>/<time>: was told to be trained itself
+    own = a_commands_own_directory(run_dir) or a_folder_of_commands(run_dir)
+    if own:  # outputs/eval/<date>/<time>, outputs/eval/, eval.py -m's multirun: was told to be trained itself
         return own
-    commands = [path for path in folders_below(run_dir, 2) if command_read(path) is not None]
-    if commands and not runs_below(run_dir):  # outputs/eval/ or outputs/eval/<date>/
-        read = [command_read(path)[0] for path in sorted(commands, key=os.path.getmtime, reverse=True)]
-        read = [path for path in read if path and holds_training_run(path)]  # not a refused command's run_dir
-        example = f", e.g. the one the newest of them read, run_dir={read[0]}" if read else ""
-        return (f"run_dir={run_dir} holds the directories of eval.py or export.py commands, not training runs; pass "
-                f"a training run's directory{example}.")
     runs = runs_below(run_dir)
     if runs:  # outputs/, outputs/<date>/, multirun/ or multirun/<date>/: was told to be trained itself
         return _the_runs_below(run_dir, runs)

@@ -14,8 +14,8 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import (a_commands_own_directory, export_origin, holds_training_run, launch_dir_path, require_dir,
-                     run_choices, run_whose_checkpoints_hold, runs_below, written_whole)
+from zoo.cli import (a_commands_own_directory, a_folder_of_commands, command_read, export_origin, holds_training_run,
+                     launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold, runs_below, written_whole)
 from zoo.errors import UserError
 from zoo.files import load_json, write_text
 
@@ -134,11 +134,11 @@ def _refuse_a_folder_above_or_inside_a_run(run_dir: str) -> None:
     if os.path.isfile(os.path.join(run_dir, "multirun.yaml")):
         from zoo.sweeps.jobs import find_job_dirs  # only here: predicting needs only jax and numpy
 
-        jobs = find_job_dirs(run_dir)
+        jobs = [job for job in find_job_dirs(run_dir) if command_read(job) is None]  # not eval.py -m's jobs
         if jobs:
             raise UserError(f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. "
                             f"run_dir={jobs[0]} (its summary.md ranks them).")
-    own = a_commands_own_directory(run_dir)  # outputs/eval/<date>/<time>
+    own = a_commands_own_directory(run_dir) or a_folder_of_commands(run_dir)  # outputs/eval/<date>/<time>, ...
     if own:
         raise UserError(own)
     runs = runs_below(run_dir)  # outputs/, outputs/<date>/, multirun/
