@@ -967,8 +967,11 @@ def test_eval_of_an_eval_or_export_commands_own_directory_names_the_run_it_read(
 
     run = tmp_path / "outputs" / "2026-12-05" / "13-18-44"
     (run / "checkpoints").mkdir(parents=True)
+    earlier = tmp_path / "outputs" / "2026-12-05" / "09-00-00"  # read last: named beside the other, not alone
+    (earlier / "checkpoints").mkdir(parents=True)
     dated = tmp_path / "outputs" / command / "2026-12-05"
-    for i, (name, read) in enumerate([("13-18-48-064020", run), ("13-19-00-000001", tmp_path / "typo")]):
+    for i, (name, read) in enumerate([("13-18-48-064020", run), ("13-19-00-000001", tmp_path / "typo"),
+                                      ("13-19-30-000002", earlier)]):
         (dated / name / ".hydra").mkdir(parents=True)
         (dated / name / ".hydra" / "config.yaml").write_text(f"run_dir: {read}\ncheckpoint: final\n")
         (dated / name / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    name: {command}\n")
@@ -981,10 +984,10 @@ def test_eval_of_an_eval_or_export_commands_own_directory_names_the_run_it_read(
         evaluate(eval_cfg(make_cfg, own))
     with pytest.raises(UserError, match=r"is the directory of an .*; pass a training run\.$"):  # it read no run
         evaluate(eval_cfg(make_cfg, dated / "13-19-00-000001"))
-    for folder in (dated, dated.parent):  # the newest command that read a run names it
+    for folder in (dated, dated.parent):  # the runs they read, by name (not by which was read or touched last)
         with pytest.raises(UserError, match=rf"^run_dir={folder} holds the directories of eval\.py or export\.py "
                                             r"commands, not training runs; pass a training run's directory, e\.g\. "
-                                            rf"the one the newest of them read, run_dir={run}\.$"):
+                                            rf"one of those they read: run_dir={earlier} or run_dir={run}\.$"):
             evaluate(eval_cfg(make_cfg, folder))
 
 
@@ -1008,7 +1011,7 @@ def test_eval_of_a_multirun_of_eval_or_export_commands_names_the_run_they_read(m
     from zoo.export.predict import predict
 
     said = (rf"^run_dir={sweep} holds the directories of eval\.py or export\.py commands, not training runs; pass a "
-            rf"training run's directory, e\.g\. the one the newest of them read, run_dir={run}\.$")
+            rf"training run's directory, e\.g\. the one they read, run_dir={run}\.$")
     with pytest.raises(UserError, match=said):
         evaluate(eval_cfg(make_cfg, sweep))
     np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 1), np.float32))

@@ -369,9 +369,12 @@ def a_folder_of_commands(run_dir: str):
     commands = [path for path in folders_below(run_dir, 2) if command_read(path) is not None]
     if not commands or runs_below(run_dir):
         return None
-    read = [command_read(path)[0] for path in sorted(commands, key=os.path.getmtime, reverse=True)]
-    read = [path for path in read if path and holds_training_run(path)]  # not a refused command's run_dir
-    example = f", e.g. the one the newest of them read, run_dir={read[0]}" if read else ""
+    # not a refused command's run_dir; by name, not the newest by modification time (zoo.cli.run_choices)
+    read = {path for path in (command_read(path)[0] for path in commands) if path and holds_training_run(path)}
+    example = ""
+    if read:
+        example = (f", e.g. the one they read, {run_choices(read)}" if len(read) == 1 else
+                   f", e.g. one of those they read: {run_choices(read)}")
     return (f"run_dir={run_dir} holds the directories of eval.py or export.py commands, not training runs; pass "
             f"a training run's directory{example}.")
 
