@@ -1036,7 +1036,10 @@ def test_eval_choices_that_are_not_in_the_run(make_cfg, trained):
     with pytest.raises(UserError, match=r"checkpoint=5 is not in .*; use final, latest, best or one of the steps "
                                         r"\[2, 4, 6\]"):
         evaluate(eval_cfg(make_cfg, trained, "checkpoint=5"))
-    with pytest.raises(UserError, match=r"split=validation is not in this run; choose one of \['test'\]\."):
+    with pytest.raises(UserError, match=r"^split=validation is not in this run: it was trained with "  # not why
+                                        r"dataset\.validation_fraction=0\.0, which holds out no validation split "
+                                        r"\(train one with dataset\.validation_fraction=0\.1 to have one\); choose one "
+                                        r"of \['test'\]\.$"):
         evaluate(eval_cfg(make_cfg, trained, "split=validation"))
     with pytest.raises(UserError, match=r"split=train: eval\.py evaluates a run's held-out splits, and the train "
                                         r"split's metrics are in its results\.json; choose one of \['test'\]\."):

@@ -368,8 +368,12 @@ def _evaluate(cfg: DictConfig) -> dict:
     _warn_if_unfinished(cfg, step, meta)
     ema_decay = meta["config"]["trainer"].get("ema_decay")
     if cfg.split not in run.eval_sets:
+        fraction = (meta["config"].get("dataset") or {}).get("validation_fraction") or 0.0
         what = (": eval.py evaluates a run's held-out splits, and the train split's metrics are in its results.json"
-                if cfg.split == "train" else " is not in this run")
+                if cfg.split == "train" else
+                f" is not in this run: it was trained with dataset.validation_fraction={fraction}, which holds out no "
+                "validation split (train one with dataset.validation_fraction=0.1 to have one)"
+                if cfg.split == "validation" else " is not in this run")
         raise UserError(f"split={cfg.split}{what}; choose one of {sorted(run.eval_sets)}.")
     batches, count = run.eval_sets[cfg.split]
     metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, batches, count)
