@@ -912,8 +912,28 @@ def test_eval_of_a_folder_inside_or_above_a_run_names_the_run(make_cfg, trained,
     (sweep / "0" / ".hydra").mkdir(parents=True)
     (sweep / "0" / ".hydra" / "overrides.yaml").write_text("[]")
     (sweep / "multirun.yaml").write_text("{}")
+    (sweep / "summary.md").write_text("")
     with pytest.raises(UserError, match=rf"run_dir={sweep} is a multirun's directory; pass one of its jobs, e\.g\. "
                                         rf"run_dir={sweep / '0'} \(its summary\.md ranks them\)\."):
+        evaluate(eval_cfg(make_cfg, sweep))
+
+
+def test_eval_of_a_multirun_names_a_job_with_a_checkpoint(make_cfg, tmp_path):
+    """An Optuna sweep whose trial 0 was pruned or failed before its first checkpoint: its directory was told to pass
+    job 0, refused in turn; and 'its summary.md ranks them' was said of a sweep still running, which has none yet."""
+    sweep = tmp_path / "multirun" / "2026-12-05" / "13-19-02"
+    for job in (0, 1):
+        (sweep / str(job) / ".hydra").mkdir(parents=True)
+        (sweep / str(job) / ".hydra" / "overrides.yaml").write_text(f"- seed={job}\n")
+    (sweep / "0" / "failure.json").write_text('{"status": "pruned"}')
+    (sweep / "1" / "checkpoints" / "4").mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("{}\n")
+    with pytest.raises(UserError, match=rf"^run_dir={sweep} is a multirun's directory; pass one of its jobs, e\.g\. "
+                                        rf"run_dir={sweep / '1'}\.$"):
+        evaluate(eval_cfg(make_cfg, sweep))
+    (sweep / "summary.md").write_text("")
+    with pytest.raises(UserError, match=rf"^run_dir={sweep} is a multirun's directory; pass one of its jobs, e\.g\. "
+                                        rf"run_dir={sweep / '1'} \(its summary\.md ranks them\)\.$"):
         evaluate(eval_cfg(make_cfg, sweep))
 
 

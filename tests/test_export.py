@@ -416,6 +416,7 @@ def test_predict_names_the_run_to_pass_for_a_folder_above_or_inside_it(exported_
     (sweep / "0" / ".hydra").mkdir(parents=True)
     (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    (sweep / "summary.md").write_text("")  # written at the sweep's end, which the refusal then names
     with pytest.raises(UserError, match=rf"^run_dir={sweep} is a multirun's directory; pass one of its jobs, e\.g\. "
                                         rf"run_dir={sweep / '0'} \(its summary\.md ranks them\)\.$"):
         predict(predict_cfg(f"run_dir={sweep}", x))

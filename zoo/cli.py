@@ -379,6 +379,22 @@ def a_folder_of_commands(run_dir: str):
             f"a training run's directory{example}.")
 
 
+def a_multiruns_directory(run_dir: str, usable) -> str | None:
+    """The sentence for a run_dir that is a multirun's directory, else None: one of its jobs to pass, the first for
+    which usable(job) holds (one with a checkpoint, or an export), not a trial pruned or failed before its first
+    checkpoint, refused in turn. Not eval.py -m's jobs, the directories of commands (a_folder_of_commands)."""
+    if not os.path.isfile(os.path.join(run_dir, "multirun.yaml")):
+        return None
+    from zoo.sweeps.jobs import find_job_dirs  # only here: predict.py needs only jax and numpy
+
+    jobs = [job for job in find_job_dirs(run_dir) if command_read(job) is None]
+    if not jobs:
+        return None
+    job = next((job for job in jobs if usable(job)), jobs[0])
+    ranks = " (its summary.md ranks them)" if os.path.isfile(os.path.join(run_dir, "summary.md")) else ""  # at its end
+    return f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={job}{ranks}."
+
+
 def _subfolders(folder: str) -> list:
     try:
         names = os.listdir(folder)

@@ -6,8 +6,8 @@ import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
-from zoo.cli import (a_commands_own_directory, a_folder_of_commands, command_read, export_origin, holds_steps,
-                     launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold, runs_below,
+from zoo.cli import (a_commands_own_directory, a_folder_of_commands, a_multiruns_directory, export_origin,
+                     holds_steps, launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold, runs_below,
                      unwritable_reason, written_whole)
 from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
                         validate_placement)
@@ -17,7 +17,6 @@ from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
 from zoo.parallel.distributed import check_same_settings, is_primary
 from zoo.resume import checkpoint_settings
-from zoo.sweeps.jobs import find_job_dirs
 from zoo.targets import check_targets
 
 log = logging.getLogger("zoo")
@@ -137,11 +136,9 @@ def _not_a_run(run_dir: str):
     if origin is not None:
         return (f"run_dir={run_dir} is an export's folder (model.jax, signature.json), not a training run; pass the "
                 f"run it was exported from{f', run_dir={origin}' if origin else ''}.")
-    jobs = find_job_dirs(run_dir) if os.path.isfile(os.path.join(run_dir, "multirun.yaml")) else []
-    jobs = [job for job in jobs if command_read(job) is None]  # not eval.py -m's jobs: named below, as they read
-    if jobs:
-        return (f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. run_dir={jobs[0]} "
-                "(its summary.md ranks them).")
+    multirun = a_multiruns_directory(run_dir, lambda job: holds_steps(os.path.join(job, "checkpoints")))
+    if multirun:
+        return multirun
     own = a_commands_own_directory(run_dir) or a_folder_of_commands(run_dir)
     if own:  # outputs/eval/<date>/<time>, outputs/eval/, eval.py -m's multirun: was told to be trained itself
         return own

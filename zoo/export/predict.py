@@ -14,8 +14,9 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import (a_commands_own_directory, a_folder_of_commands, command_read, export_origin, holds_training_run,
-                     launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold, runs_below, written_whole)
+from zoo.cli import (a_commands_own_directory, a_folder_of_commands, a_multiruns_directory, export_origin,
+                     holds_training_run, launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold,
+                     runs_below, written_whole)
 from zoo.errors import UserError
 from zoo.files import load_json, write_text
 
@@ -131,13 +132,9 @@ def _refuse_a_folder_above_or_inside_a_run(run_dir: str) -> None:
         raise UserError(f"run_dir={run_dir} is an export's folder (model.jax, signature.json), not a run; predict.py "
                         "reads a run's export/: pass a folder that holds it as export/"
                         f"{f', or the run it was exported from, run_dir={origin}' if origin else ''}.")
-    if os.path.isfile(os.path.join(run_dir, "multirun.yaml")):
-        from zoo.sweeps.jobs import find_job_dirs  # only here: predicting needs only jax and numpy
-
-        jobs = [job for job in find_job_dirs(run_dir) if command_read(job) is None]  # not eval.py -m's jobs
-        if jobs:
-            raise UserError(f"run_dir={run_dir} is a multirun's directory; pass one of its jobs, e.g. "
-                            f"run_dir={jobs[0]} (its summary.md ranks them).")
+    multirun = a_multiruns_directory(run_dir, lambda job: os.path.isfile(os.path.join(job, "export", "signature.json")))
+    if multirun:
+        raise UserError(multirun)
     own = a_commands_own_directory(run_dir) or a_folder_of_commands(run_dir)  # outputs/eval/<date>/<time>, ...
     if own:
         raise UserError(own)
