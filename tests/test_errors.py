@@ -918,6 +918,33 @@ def test_eval_of_a_folder_inside_or_above_a_run_names_the_run(make_cfg, trained,
         evaluate(eval_cfg(make_cfg, sweep))
 
 
+def test_a_file_inside_a_run_as_run_dir_names_the_run(make_cfg, tmp_path):
+    """run_dir=<run>/results.json or <run>/export/model.jax (a path completed one level too far) was told to pass
+    'the directory of a training run', where a folder inside a run names the run."""
+    from hydra import compose, initialize_config_dir
+
+    from zoo.export.predict import predict
+
+    run = tmp_path / "outputs" / "2026-12-05" / "13-18-44"
+    (run / "checkpoints" / "2").mkdir(parents=True)
+    (run / "export").mkdir()
+    for name in ("results.json", "export/model.jax", "checkpoints/2/_METADATA"):
+        (run / name).write_text("")
+        with pytest.raises(UserError, match=rf"^run_dir={run / name} is a file inside a run; pass the run's "
+                                            rf"directory, run_dir={run}\.$"):
+            evaluate(eval_cfg(make_cfg, run / name))
+    np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 1), np.float32))
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("predict", overrides=[f"run_dir={run / 'export' / 'model.jax'}", f"input={tmp_path / 'x.npy'}"])
+    with pytest.raises(UserError, match=rf"^run_dir={run / 'export' / 'model.jax'} is a file inside a run; pass the "
+                                        rf"run's directory, run_dir={run}\.$"):
+        predict(cfg)
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(UserError, match=r"^run_dir=.*notes\.txt is a file, not a directory; pass the directory of a "
+                                        r"training run\.$"):
+        evaluate(eval_cfg(make_cfg, tmp_path / "notes.txt"))
+
+
 def test_eval_of_a_multirun_names_a_job_with_a_checkpoint(make_cfg, tmp_path):
     """An Optuna sweep whose trial 0 was pruned or failed before its first checkpoint: its directory was told to pass
     job 0, refused in turn; and 'its summary.md ranks them' was said of a sweep still running, which has none yet."""

@@ -134,10 +134,30 @@ def launch_dir_path(path: str) -> str:
 
 
 def require_dir(path: str, setting: str, holding: str) -> None:
-    """One sentence when `path` (the value of `setting`) is not a directory: it is missing, or a file."""
-    if not os.path.isdir(path):
-        why = "is a file, not a directory" if os.path.exists(path) else "does not exist"
-        raise UserError(f"{setting}={path} {why}; pass the directory of {holding}.")
+    """One sentence when `path` (the value of `setting`) is not a directory: it is missing, or a file (one of a
+    run's, its results.json or export/model.jax, names the run, as a folder inside a run does)."""
+    if os.path.isdir(path):
+        return
+    run = _run_holding_the_file(path)
+    if run:
+        raise UserError(f"{setting}={path} is a file inside a run; pass the run's directory, {setting}={run}.")
+    why = "is a file, not a directory" if os.path.exists(path) else "does not exist"
+    raise UserError(f"{setting}={path} {why}; pass the directory of {holding}.")
+
+
+def _run_holding_the_file(path: str, depth: int = 3):
+    """The training run that holds the file `path`, `depth` folders up at most (its checkpoints/ at any depth),
+    else None."""
+    if not os.path.isfile(path):
+        return None
+    run = run_whose_checkpoints_hold(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    for _ in range(depth):
+        if run or os.path.dirname(folder) == folder:
+            break
+        run = folder if holds_training_run(folder) else None
+        folder = os.path.dirname(folder)
+    return run
 
 
 def check_writable(path: str, setting: str) -> None:
