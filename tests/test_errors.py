@@ -733,6 +733,33 @@ def trained(make_cfg, tmp_path):
     return tmp_path / "run"
 
 
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_eval_of_a_run_still_training_before_its_first_checkpoint_says_so(make_cfg, tmp_path, command):
+    """A run training now, its first checkpoint not yet saved, was said to have 'ended before its first checkpoint'
+    and to be trained again, which its own command holding the directory refuses."""
+    import fcntl
+
+    from zoo.export.artifact import export
+
+    live = tmp_path / "live"
+    (live / ".hydra").mkdir(parents=True)
+    (live / ".hydra" / "config.yaml").write_text("checkpoint:\n  enabled: true\n")
+    (live / "metrics.jsonl").write_text("")
+    (live / "checkpoints").mkdir()
+    fd = os.open(live, os.O_RDONLY)  # as train.py holds its directory while it runs
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(UserError, match=rf"^run_dir={live} has no checkpoint yet and is in use by a command running "
+                                            r"now, a run still training; run this command again once it has saved "
+                                            r"its first checkpoint \(every trainer\.checkpoint_every steps, and at its "
+                                            r"end\), or pass another run_dir\.$"):
+            {"eval": evaluate, "export": export}[command](make_cfg(f"run_dir={live}", config_name=command))
+    finally:
+        os.close(fd)
+    with pytest.raises(UserError, match=rf"^run_dir={live} ended before its first checkpoint"):  # once it has ended
+        evaluate(eval_cfg(make_cfg, live))
+
+
 def test_eval_without_missing_or_empty_run_dir(make_cfg, tmp_path):
     with pytest.raises(UserError, match=r"run_dir is required: python eval\.py run_dir=outputs/<date>/<time>"):
         evaluate(make_cfg(config_name="eval"))

@@ -557,6 +557,26 @@ def _hold(path: str) -> bool:
     return True
 
 
+def in_use_now(path: str) -> bool:
+    """Whether another command running now holds the directory `path` (_hold: a training run holds its own while it
+    runs), probed without holding it."""
+    if os.path.abspath(path) in _held:  # this process's own
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without locks: nothing known
+        return False
+    finally:
+        os.close(fd)  # and the shared lock with it
+    return False
+
+
 def hold_output_dir(output_dir: str, cfg) -> str | None:
     """RunDirCheck holds hydra.run.dir (a multirun: hydra.sweep.dir, its jobs' dirs below it); a paths.output_dir
     set apart from the job's directory is held here, a multirun's job's too, else two commands with the same one

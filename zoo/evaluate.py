@@ -7,8 +7,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
 from zoo.cli import (a_commands_own_directory, a_folder_of_commands, a_multiruns_directory, export_origin,
-                     holds_steps, launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold, runs_below,
-                     unwritable_reason, written_whole)
+                     holds_steps, in_use_now, launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold,
+                     runs_below, unwritable_reason, written_whole)
 from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
                         validate_placement)
 from zoo.errors import UserError
@@ -46,12 +46,27 @@ def _open_checkpoints(run_dir: str) -> Checkpoints:
     if ckpts is None or not ckpts.steps():
         if ckpts is not None:
             ckpts.close()
-        raise UserError(_not_a_run(run_dir) or _failed_before_a_checkpoint(run_dir) or _finished_unsaved(run_dir) or
-                        _stopped_before_a_checkpoint(run_dir) or _ended_before_a_checkpoint(run_dir) or
+        raise UserError(_not_a_run(run_dir) or _training_now(run_dir) or _failed_before_a_checkpoint(run_dir) or
+                        _finished_unsaved(run_dir) or _stopped_before_a_checkpoint(run_dir) or
+                        _ended_before_a_checkpoint(run_dir) or
                         _refused_before_training(run_dir) or
                         f"run_dir={run_dir} has no complete checkpoint in checkpoints/; train it (with "
                         "checkpoint.enabled=true) or pass another run_dir.")
     return ckpts
+
+
+def _training_now(run_dir: str):
+    """A run training now that has not saved its first checkpoint yet (its command holds its directory): it has not
+    ended, as the sentences below would say. A sentence, else None."""
+    try:
+        enabled = OmegaConf.load(os.path.join(run_dir, ".hydra", "config.yaml")).checkpoint.enabled
+    except Exception:  # noqa: BLE001 — no record, or not a train config's: not known to be a run
+        return None
+    if enabled is not True or not in_use_now(run_dir):
+        return None
+    return (f"run_dir={run_dir} has no checkpoint yet and is in use by a command running now, a run still training; "
+            "run this command again once it has saved its first checkpoint (every trainer.checkpoint_every steps, "
+            "and at its end), or pass another run_dir.")
 
 
 def _failed_before_a_checkpoint(run_dir: str):
