@@ -522,19 +522,23 @@ def test_resume_from_a_path_that_is_not_a_checkpoint_dir(make_cfg, tmp_path):
         train(make_cfg("debug=smoke", f"trainer.resume={own.parent}", out="d"))
 
 
-def test_resume_from_a_folder_of_runs_names_the_newest_runs_checkpoints(make_cfg, tmp_path):
-    """trainer.resume=outputs (runs below it) said only to pass an earlier run's checkpoints/; eval.py's run_dir
-    names the newest run below such a folder. Not the run being started there, whose checkpoints/ is newer still."""
+def test_resume_from_a_folder_of_runs_names_its_runs_checkpoints_by_name(make_cfg, tmp_path):
+    """trainer.resume=outputs (runs below it) said only to pass an earlier run's checkpoints/, then named the newest
+    by modification time, which a copy (cp -r) or a touch of an older run makes the newest. Not the run being started
+    there, whose checkpoints/ is newer still."""
     outputs = tmp_path / "outputs"
-    older, newest = outputs / "2026-12-04" / "09-00-00", outputs / "2026-12-05" / "13-01-02"
+    older, newer = outputs / "2026-12-04" / "09-00-00", outputs / "2026-12-05" / "13-01-02"
     train(make_cfg("debug=smoke", out="outputs/2026-12-05/13-01-02"))
-    shutil.copytree(newest, older)
-    os.utime(older, (1, 1))
-    for folder in (outputs, outputs / "2026-12-05"):
-        with pytest.raises(UserError, match=rf"^trainer\.resume={folder} holds no checkpoint; pass the checkpoints/ "
-                                            rf"directory of an earlier run, e\.g\. the newest, trainer\.resume="
-                                            rf"{newest / 'checkpoints'}, or use auto or never\.$"):
-            train(make_cfg("debug=smoke", f"trainer.resume={folder}", out="outputs/2026-12-05/14-00-00"))
+    shutil.copytree(newer, older)  # the older one touched last
+    with pytest.raises(UserError, match=rf"^trainer\.resume={outputs} holds no checkpoint; pass the checkpoints/ "
+                                        rf"directory of an earlier run, e\.g\. one of trainer\.resume="
+                                        rf"{older / 'checkpoints'} or trainer\.resume={newer / 'checkpoints'}, or use "
+                                        r"auto or never\.$"):
+        train(make_cfg("debug=smoke", f"trainer.resume={outputs}", out="outputs/2026-12-05/14-00-00"))
+    with pytest.raises(UserError, match=rf"^trainer\.resume={outputs / '2026-12-05'} holds no checkpoint; pass the "
+                                        rf"checkpoints/ directory of an earlier run, e\.g\. trainer\.resume="
+                                        rf"{newer / 'checkpoints'}, or use auto or never\.$"):
+        train(make_cfg("debug=smoke", f"trainer.resume={outputs / '2026-12-05'}", out="outputs/2026-12-05/14-00-00"))
 
 
 def test_resume_from_a_folder_inside_a_run_names_its_checkpoints(make_cfg, tmp_path):

@@ -441,13 +441,13 @@ def runs_below(folder: str, depth: int = 3) -> list:
     return runs
 
 
-def run_choices(runs: list, shown: int = 5) -> str:
-    """The runs to choose from, by name (outputs/<date>/<time> sort by time, a sweep's jobs by number), the last
-    `shown` of them where there are more. Not the newest by modification time: copying a run (cp -r) or touching
-    it makes an older one the newest, and the command would read a run other than the one meant (eval.py, export.py,
-    predict.py)."""
+def run_choices(runs: list, shown: int = 5, setting: str = "run_dir") -> str:
+    """The runs to choose from as values of `setting`, by name (outputs/<date>/<time> sort by time, a sweep's jobs by
+    number), the last `shown` of them where there are more. Not the newest by modification time: copying a run
+    (cp -r) or touching it makes an older one the newest, and the command would read a run other than the one meant
+    (eval.py, export.py, predict.py, trainer.resume)."""
     runs = sorted(runs, key=lambda path: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)])
-    named = [f"run_dir={run}" for run in runs[-shown:]]
+    named = [f"{setting}={run}" for run in runs[-shown:]]
     before = len(runs) - len(named)
     if before:
         return f"{', '.join(named)} or one of the {before} before them"

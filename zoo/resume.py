@@ -4,7 +4,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import (export_origin, holds_steps, launch_dir_path, new_run_dir, run_whose_checkpoints_hold,
+from zoo.cli import (export_origin, holds_steps, launch_dir_path, new_run_dir, run_choices, run_whose_checkpoints_hold,
                      runs_below)
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import RunRefused, UserError
@@ -142,7 +142,7 @@ def _refuse_multirun_resume(resume: str, path: str) -> None:
 def _refuse_empty_resume(resume: str, path: str, own: bool, this_run: str) -> None:
     """trainer.resume names a directory (`path`, where it lies) with no checkpoint step in it: one step's folder,
     this run's own (empty) checkpoints/, a folder inside a run (its .hydra/, export/) or a copy of its export/, a
-    folder of runs (outputs/, outputs/<date>/: the newest is named, not `this_run`, being started there), or no
+    folder of runs (outputs/, outputs/<date>/: its runs are named, not `this_run`, being started there), or no
     checkpoints at all."""
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.basename(os.path.abspath(path)).isdigit() and os.path.basename(parent) == "checkpoints":
@@ -164,9 +164,10 @@ def _refuse_empty_resume(resume: str, path: str, own: bool, this_run: str) -> No
     runs = [] if own else [run for run in runs_below(path) if holds_steps(os.path.join(run, "checkpoints"))
                            and not (os.path.exists(this_run) and os.path.samefile(run, this_run))]
     example = ""
-    if runs:  # said as trainer.resume was given
-        newest = os.path.join(resume, os.path.relpath(max(runs, key=os.path.getmtime), path), "checkpoints")
-        example = f", e.g. the newest, trainer.resume={newest}"
+    if runs:  # said as trainer.resume was given; by name, not the newest by modification time (run_choices)
+        named = run_choices([os.path.join(resume, os.path.relpath(run, path), "checkpoints") for run in runs],
+                            setting="trainer.resume")
+        example = f", e.g. {'one of ' if len(runs) > 1 else ''}{named}"
     raise UserError(f"trainer.resume={resume} {what}; pass the checkpoints/ directory of an earlier run{example}, or "
                     "use auto or never.")
 
