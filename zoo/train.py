@@ -135,7 +135,8 @@ def build(cfg: DictConfig, for_training: bool = True) -> Run:
     that need not divide its train batch, since eval batches are padded."""
     validate(cfg, new_run=for_training)
     # before any JAX work; a training run's processes hold their distributed.process_id in its dir, as they join
-    devices = select_devices(cfg.parallel, cfg.distributed, cfg.paths.output_dir if for_training else None)
+    explicit = for_training and OmegaConf.select(cfg, "distributed.mode") == "explicit"
+    devices = select_devices(cfg.parallel, cfg.distributed, cfg.paths.output_dir if explicit else None)
     mode = make_mode(cfg.parallel, devices)
     if for_training and jax.process_count() > 1:
         check_same_run(cfg.paths.output_dir, OmegaConf.to_container(cfg, resolve=True))
