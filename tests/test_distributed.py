@@ -302,22 +302,32 @@ def test_a_process_lost_mid_run_ends_the_other_in_one_sentence_with_its_checkpoi
     assert Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()
 
 
-def test_processes_given_different_num_processes_are_refused_in_one_sentence(data_dir, tmp_path):
-    """The coordinator waits for process 0's distributed.num_processes alone: process 1 given 3 joined a group of 2
-    and trained without a word."""
+def start_told(counts: list, run_dir, data_dir, *extra) -> list:
+    """Processes 0, 1, ... of one run, on one free port, process i told distributed.num_processes=counts[i]."""
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1",
-                               "distributed=explicit", f"distributed.coordinator_address=localhost:{port}",
-                               f"distributed.num_processes={n}", f"distributed.process_id={i}",
-                               f"hydra.run.dir={tmp_path / 'run'}"],
-                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-             for i, n in enumerate([2, 3])]
+    return [subprocess.Popen([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1",
+                              "distributed=explicit", f"distributed.coordinator_address=localhost:{port}",
+                              f"distributed.num_processes={n}", f"distributed.process_id={i}", *extra,
+                              f"hydra.run.dir={run_dir}"],
+                             cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+            for i, n in enumerate(counts)]
+
+
+def outputs_of(procs: list, timeout: float) -> list:
+    """Their outputs once they exit; any still running after `timeout` is killed."""
     try:
-        outputs = [p.communicate(timeout=120)[0] for p in procs]
+        return [p.communicate(timeout=timeout)[0] for p in procs]
     finally:
         for p in procs:
             p.kill()
+
+
+def test_processes_given_different_num_processes_are_refused_in_one_sentence(data_dir, tmp_path):
+    """The coordinator waits for process 0's distributed.num_processes alone: process 1 given 3 joined a group of 2
+    and trained without a word."""
+    procs = start_told([2, 3], tmp_path / "run", data_dir)
+    outputs = outputs_of(procs, timeout=120)
     assert [p.returncode for p in procs] == [2, 2], outputs
     for out in outputs:
         assert "Traceback" not in out
@@ -363,19 +373,9 @@ def test_a_process_id_given_twice_is_refused_in_one_sentence_and_the_run_goes_on
 def test_processes_given_different_num_processes_while_joining_are_refused_at_once(data_dir, tmp_path):
     """Process 0 given the larger distributed.num_processes: the coordinator waits for a process that never comes,
     and both waited out distributed.timeout_s (300 s) for a sentence each naming its own count."""
-    port, started = free_port(), time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1",
-                               "distributed=explicit", f"distributed.coordinator_address=localhost:{port}",
-                               f"distributed.num_processes={n}", f"distributed.process_id={i}",
-                               "distributed.timeout_s=200", f"hydra.run.dir={tmp_path / 'run'}"],
-                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-             for i, n in enumerate([3, 2])]
-    try:
-        outputs = [p.communicate(timeout=150)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
+    started = time.monotonic()
+    procs = start_told([3, 2], tmp_path / "run", data_dir, "distributed.timeout_s=200")
+    outputs = outputs_of(procs, timeout=150)
     assert [p.returncode for p in procs] == [2, 2], outputs
     assert time.monotonic() - started < 150
     for out in outputs:
@@ -388,19 +388,8 @@ def test_processes_given_different_num_processes_while_joining_are_refused_at_on
 
 def test_fewer_processes_than_num_processes_say_how_many_started(data_dir, tmp_path):
     """Two started of distributed.num_processes=3: the sentence named the count given, not the count started."""
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1",
-                               "distributed=explicit", f"distributed.coordinator_address=localhost:{port}",
-                               "distributed.num_processes=3", f"distributed.process_id={i}", "distributed.timeout_s=15",
-                               f"hydra.run.dir={tmp_path / 'run'}"],
-                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-             for i in range(2)]
-    try:
-        outputs = [p.communicate(timeout=150)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
+    procs = start_told([3, 3], tmp_path / "run", data_dir, "distributed.timeout_s=15")
+    outputs = outputs_of(procs, timeout=150)
     assert [p.returncode for p in procs] == [2, 2], outputs
     for out in outputs:
         assert out.strip().splitlines()[-1] == (
