@@ -76,7 +76,7 @@ def compose_cfg(overrides, data_dir: str, out_dir: str, cache_dir=None):
 def synthetic_images(shape: tuple, n_train: int, n_test: int = 256, seed: int = 0):
     """Make zoo.train.build load random (N, *shape) images with 10 classes instead of reading TFDS."""
 
-    def load(dataset_cfg, data_dir):
+    def load(dataset_cfg, data_dir, new_run=True):  # zoo.data.load_dataset's signature
         rng = np.random.default_rng(seed)
         arrays = {split: (rng.random((n, *shape), np.float32), rng.integers(0, 10, n))
                   for split, n in (("train", n_train), ("test", n_test))}
