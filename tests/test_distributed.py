@@ -333,7 +333,7 @@ def test_processes_given_different_num_processes_are_refused_in_one_sentence(dat
         assert "Traceback" not in out
         assert out.strip().splitlines()[-1] == (
             "error: the processes of a multi-process run were given different distributed.num_processes (process 0: "
-            "2, process 1: 3), and 2 processes joined, the number process 0's sets; give every process the same "
+            "2, process 1: 3); give every process the same "
             "distributed.num_processes, the number of processes started."), out[-2000:]
     assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "results.json").exists()
 

@@ -147,11 +147,7 @@ def _join_within(cfg, kwargs: dict) -> None:
         started.update(now)  # those that gave up first, too
         seen, differ = differ, {i: n for i, n in now.items() if n is not None and n != cfg.num_processes}
         if differ and differ == seen:
-            counts = {**differ, cfg.process_id: cfg.num_processes}
-            have = ", ".join(f"process {i}: {n}" for i, n in sorted(counts.items()))
-            _not_joined = (f"the processes of a multi-process run were given different distributed.num_processes "
-                           f"({have}); give every process the same distributed.num_processes, the number of "
-                           "processes started.")
+            _not_joined = _counts_differ({**differ, cfg.process_id: cfg.num_processes})
             time.sleep(_LINGER_S)  # its id held a while longer: the others see the difference too, not its exit
             raise ProcessesNotJoined(_not_joined)
     if not outcome:
@@ -263,10 +259,14 @@ def check_num_processes(cfg) -> None:
         return
     stated = [int(n) for n in every_process(str(cfg.num_processes))]
     if set(stated) != {jax.process_count()}:
-        have, joined = ", ".join(f"process {i}: {n}" for i, n in enumerate(stated)), jax.process_count()
-        raise UserError(f"the processes of a multi-process run were given different distributed.num_processes "
-                        f"({have}), and {joined} processes joined, the number process 0's sets; give every process "
-                        "the same distributed.num_processes, the number of processes started.")
+        raise UserError(_counts_differ(dict(enumerate(stated))))
+
+
+def _counts_differ(counts: dict) -> str:
+    """One sentence whether the difference is seen while joining or after: which comes first is a race."""
+    have = ", ".join(f"process {i}: {n}" for i, n in sorted(counts.items()))
+    return (f"the processes of a multi-process run were given different distributed.num_processes ({have}); give "
+            "every process the same distributed.num_processes, the number of processes started.")
 
 
 def check_same_run(run_dir: str, settings: dict) -> None:
