@@ -654,7 +654,7 @@ def test_predict_given_a_folder_of_runs_or_an_eval_commands_directory_names_a_ru
 
 
 def test_the_runs_of_a_folder_are_named_in_order_a_sweeps_jobs_by_number():
-    from zoo.cli import run_choices as _choices
+    from zoo.run_dirs import run_choices as _choices
 
     sweep = "multirun/2026-12-05/10-00-00"
     assert _choices([f"{sweep}/{job}" for job in (10, 2, 0, 1, 9, 3, 11)]) == \

@@ -6,9 +6,7 @@ import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
-from zoo.cli import (a_commands_own_directory, a_folder_of_commands, a_multiruns_directory, export_origin,
-                     holds_steps, in_use_now, launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold,
-                     runs_below, unwritable_reason, written_whole)
+from zoo.cli import in_use_now, launch_dir_path, require_dir, unwritable_reason, written_whole
 from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
                         validate_placement)
 from zoo.errors import UserError
@@ -17,6 +15,8 @@ from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel import select_devices
 from zoo.parallel.distributed import check_same_settings, is_primary
 from zoo.resume import checkpoint_settings
+from zoo.run_dirs import (a_commands_own_directory, a_folder_of_commands, a_multiruns_directory, export_origin,
+                           holds_steps, run_choices, run_whose_checkpoints_hold, runs_below)
 from zoo.targets import check_targets
 
 log = logging.getLogger("zoo")
@@ -164,7 +164,7 @@ def _not_a_run(run_dir: str):
 
 
 def _the_runs_below(run_dir: str, runs: list) -> str:
-    """The runs of a folder of runs to pass, by name (zoo.cli.run_choices): those holding a step, not one refused
+    """The runs of a folder of runs to pass, by name (zoo.run_dirs.run_choices): those holding a step, not one refused
     before its first step, whose checkpoints/ is empty and has nothing to read; where none does, each run, which
     says why it has none once passed."""
     steps = [run for run in runs if holds_steps(os.path.join(run, "checkpoints"))]

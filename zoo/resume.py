@@ -4,11 +4,11 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
-from zoo.cli import (export_origin, holds_steps, launch_dir_path, new_run_dir, run_choices, run_whose_checkpoints_hold,
-                     runs_below)
+from zoo.cli import launch_dir_path, new_run_dir
 from zoo.config import METRIC_MODES, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
+from zoo.run_dirs import export_origin, holds_steps, run_choices, run_whose_checkpoints_hold, runs_below
 from zoo.sweeps.jobs import find_job_dirs
 from zoo.targets import check_targets, parameter_defaults
 

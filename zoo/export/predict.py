@@ -14,11 +14,11 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import (a_commands_own_directory, a_folder_of_commands, a_multiruns_directory, export_origin,
-                     holds_training_run, launch_dir_path, require_dir, run_choices, run_whose_checkpoints_hold,
-                     runs_below, written_whole)
+from zoo.cli import launch_dir_path, require_dir, written_whole
 from zoo.errors import UserError
 from zoo.files import load_json, write_text
+from zoo.run_dirs import (a_commands_own_directory, a_folder_of_commands, a_multiruns_directory, export_origin,
+                           holds_training_run, run_choices, run_whose_checkpoints_hold, runs_below)
 
 
 # output= names that promise another format than the CSV predict.py writes, and who would refuse it
