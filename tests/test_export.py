@@ -199,6 +199,19 @@ def test_predict_reads_a_npy_of_flattened_examples_as_the_csv_of_the_same_number
     assert capsys.readouterr().out == from_csv and len(from_csv.splitlines()) == 6
 
 
+def test_predict_reads_one_channel_images_without_their_channel_axis(exported_run, tmp_path, capsys):
+    """Grayscale images are often kept as (N, H, W) (scikit-learn's digits.images is (N, 8, 8)): for a model of
+    (8, 8, 1) they are the same numbers; they were refused for their shape."""
+    run_dir, cfg = exported_run
+    x = raw_inputs(cfg, 5)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "images.npy", x[..., 0])
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}"))
+    with_axis = capsys.readouterr().out
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'images.npy'}"))
+    assert capsys.readouterr().out == with_axis and len(with_axis.splitlines()) == 6
+
+
 def test_predict_output_dash_prints_to_stdout(exported_run, tmp_path, capsys, monkeypatch):
     """output=- is stdout, as for most commands that write a file: it wrote a file named '-' in the working
     directory."""
@@ -244,7 +257,7 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
 
 
 @pytest.mark.parametrize("name,content,message", [
-    ("x.npy", np.zeros((4, 8, 8)), r"has shape \(4, 8, 8\); the model expects " + EXPECTED),
+    ("x.npy", np.zeros((4, 8, 7)), r"has shape \(4, 8, 7\); the model expects " + EXPECTED),
     ("x.npy", np.zeros((0, 8, 8, 1)), r"holds no examples; the model expects " + EXPECTED),
     ("x.npy", np.full((2, 8, 8, 1), "a"), r"has dtype <U1; the model takes integers or floats of shape " + EXPECTED),
     ("x.npy", np.full((2, 8, 8, 1), None), r"cannot be read as numbers \(.*allow_pickle=False.*\); it must hold "),

@@ -236,8 +236,8 @@ def _refuse_another_separator(path: str, shape: tuple) -> None:
 
 
 def read_input(path: str, shape: tuple) -> np.ndarray:
-    """(N, *shape) float32 from a .npy array, of examples (N, *shape) or flattened ones (N, prod(shape)), or a .csv
-    of flattened examples, one a line; anything else is refused."""
+    """(N, *shape) float32 from a .npy array, of examples (N, *shape), flattened ones (N, prod(shape)) or one-channel
+    images without their channel axis, or a .csv of flattened examples, one a line; anything else is refused."""
     kind = os.path.splitext(path)[1].lower()
     if not os.path.isfile(path):
         what = "is not a file" if os.path.exists(path) else "does not exist"
@@ -281,6 +281,8 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
         raise UserError(f"input={path} holds no examples; the model expects {_expected(shape)}.")
     if x.ndim == 2 and len(shape) > 1 and x.shape[1] == math.prod(shape):  # flattened examples, as a .csv holds them
         x = x.reshape(-1, *shape)
+    if len(shape) > 1 and shape[-1] == 1 and tuple(x.shape[1:]) == tuple(shape[:-1]):  # (N, H, W) grayscale images
+        x = x[..., None]
     if x.ndim != len(shape) + 1 or tuple(x.shape[1:]) != tuple(shape):
         raise UserError(f"input={path} has shape {x.shape}; the model expects {_expected(shape)}.")
     with np.errstate(over="ignore"):  # a value beyond float32's range becomes inf, refused below
