@@ -370,6 +370,28 @@ def test_a_process_id_given_twice_is_refused_in_one_sentence_and_the_run_goes_on
     assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, outputs[0][-2000:] + outputs[1][-2000:]
 
 
+@pytest.mark.parametrize("counts,refused_while_joining", [({0: 2, 1: 3}, False), ({0: 3, 1: 2}, True)])
+def test_only_process_0s_larger_count_is_refused_while_joining(monkeypatch, counts, refused_while_joining):
+    """Process 0 given 2 and process 1 given 3: every process joins (the coordinator waits for process 0's count),
+    and all are refused together after joining (check_num_processes). Process 1 refused while joining had left
+    process 0 waiting in its first collective until the coordinator aborted it (exit -6, after ~100 s). Process 0
+    given the larger count: the join never completes, and the difference is refused while waiting."""
+    from omegaconf import OmegaConf
+
+    from zoo.errors import ProcessesNotJoined
+    from zoo.parallel import distributed
+
+    monkeypatch.setattr(distributed, "_started_now", lambda ids: counts)
+    monkeypatch.setattr(distributed, "_LINGER_S", 0)
+    monkeypatch.setattr(distributed.jax.distributed, "initialize", lambda **kwargs: time.sleep(2))  # joins in 2 s
+    cfg = OmegaConf.create({"mode": "explicit", "num_processes": counts[1], "process_id": 1, "timeout_s": 30})
+    if refused_while_joining:
+        with pytest.raises(ProcessesNotJoined, match=r"\(process 0: 3, process 1: 2\)"):
+            distributed._join_within(cfg, {})
+    else:
+        distributed._join_within(cfg, {})
+
+
 def test_processes_given_different_num_processes_while_joining_are_refused_at_once(data_dir, tmp_path):
     """Process 0 given the larger distributed.num_processes: the coordinator waits for a process that never comes,
     and both waited out distributed.timeout_s (300 s) for a sentence each naming its own count."""

@@ -146,8 +146,13 @@ def _join_within(cfg, kwargs: dict) -> None:
         now = _started_now(cfg.num_processes + 8)  # a process given a larger count may have a larger id
         started.update(now)  # those that gave up first, too
         seen, differ = differ, {i: n for i, n in now.items() if n is not None and n != cfg.num_processes}
-        if differ and differ == seen:
-            _not_joined = _counts_differ({**differ, cfg.process_id: cfg.num_processes})
+        counts = {**differ, cfg.process_id: cfg.num_processes}
+        first = now.get(0) if cfg.process_id else cfg.num_processes  # process 0's, None until it has written it
+        # only process 0's count above another's keeps the join from completing; below, every process joins and
+        # check_num_processes refuses them together: one refused here might have joined, and left the others
+        # waiting in their first collective until the coordinator aborted them (exit 134, ~100 s later)
+        if differ and differ == seen and first is not None and first > min(counts.values()):
+            _not_joined = _counts_differ(counts)
             time.sleep(_LINGER_S)  # its id held a while longer: the others see the difference too, not its exit
             raise ProcessesNotJoined(_not_joined)
     if not outcome:
