@@ -501,6 +501,19 @@ def test_resuming_from_a_run_early_stopping_ended_is_one_sentence(make_cfg, tmp_
     train(make_cfg(*common[:4], f"trainer.resume={resume}", out="new"))  # the way out it names
 
 
+def test_resuming_from_a_run_early_stopping_ended_names_the_checkpoint_it_reports(make_cfg, tmp_path):
+    """The sentence named early stopping's best_step, the last eval that improved by more than min_delta, as the
+    checkpoint the run reports; the run reports its best checkpoint by checkpoint.metric (the later on a tie)."""
+    common = ["debug=smoke", "trainer.max_steps=40", "trainer.eval_every=2", "trainer.checkpoint_every=4",
+              "trainer.early_stopping.patience=2", "trainer.early_stopping.min_delta=10"]  # nothing improves by 10
+    stopping = train(make_cfg(*common, out="source"))["early_stopping"]
+    assert stopping["best_step"] != stopping["best_checkpoint_step"]
+    resume = tmp_path / "source" / "checkpoints"
+    with pytest.raises(UserError, match=rf"\(its best checkpoint, step {stopping['best_checkpoint_step']}, is what "
+                                        r"it reports\)"):
+        train(make_cfg(*common, f"trainer.resume={resume}", out="new"))
+
+
 @pytest.mark.parametrize("stopping,chosen", [([], "its newest checkpoint"),
                                              (["trainer.early_stopping.patience=100"], "its best checkpoint so far")],
                          ids=["plain", "early-stopping"])

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.checkpoint import Checkpoints
-from zoo.cli import in_multirun, named_run_dir, new_run_dir, run_dir_setting, shared_job_dir
+from zoo.cli import in_multirun, launch_dir_path, named_run_dir, new_run_dir, run_dir_setting, shared_job_dir
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import RunRefused, UserError
 from zoo.loop import NonFiniteLoss, divergence_advice, metric_summary
@@ -142,8 +142,9 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         stopped_early = early is not None and early.stopped_step is not None
         if stopped_early and restored is not None and not own:  # its best checkpoint is in the other run alone
             resume = str(cfg.trainer.resume)
+            reported = _reported_checkpoint(launch_dir_path(resume), early)
             raise UserError(f"trainer.resume={resume} holds a run that early stopping ended at step {start_step} (its "
-                            f"best checkpoint, step {early.best_step}, is what it reports); evaluate it with eval.py "
+                            f"best checkpoint, step {reported}, is what it reports); evaluate it with eval.py "
                             f"run_dir={os.path.dirname(os.path.normpath(resume))}, or leave out "
                             f"trainer.early_stopping.patience to train on from step {start_step}.")
         if restored is not None and not own and start_step == total_steps:  # results of no train step at 0.0 ex/s
@@ -215,6 +216,20 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         saver(start_step, host_state, sums, None, wait=True, replace=True, scheduled=start_step)
     return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
                       start_step, host_state, sums, early, eval_at_start=lengthened, continued_speed=continued_speed)
+
+
+def _reported_checkpoint(checkpoints: str, early: EarlyStopping):
+    """The step a run early stopping ended reports: its best checkpoint by checkpoint.metric, the later on a tie,
+    which results.json records. Not early.best_step, the last eval that improved by more than min_delta."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.normpath(checkpoints)), "results.json")) as f:
+            return json.load(f)["early_stopping"]["best_checkpoint_step"]
+    except (OSError, ValueError, KeyError, TypeError):  # stopped while it finished: its checkpoints say
+        source = Checkpoints(checkpoints, metric=early.metric, mode=early.mode, read_only=True)
+        try:
+            return source.best_step()
+        finally:
+            source.close()
 
 
 def _how_it_ended(recorded: dict, meta: dict, step: int, stopped_early: bool) -> str:
