@@ -143,6 +143,10 @@ BAD_VALUES = [
     ("trainer.early_stopping.patience=1 trainer.eval_every=6",  # the only eval due is the final one
      r"trainer\.early_stopping needs periodic evals before the run's end, and trainer\.eval_every=6 gives none in the "
      r"run's 6 steps \(the eval at step 6 is the final one, which it does not count\); lower trainer\.eval_every\."),
+    ("trainer.early_stopping.patience=1 trainer.eval_every=1 trainer.max_steps=1",  # no eval_every is lower than 1
+     r"trainer\.early_stopping needs periodic evals before the run's end, and trainer\.eval_every=1 gives none in the "
+     r"run's 1 steps \(the eval at step 1 is the final one, which it does not count\); train more than one step "
+     r"\(trainer\.max_steps, trainer\.epochs\) or leave out trainer\.early_stopping\.patience\."),
     ("seed=4294967296", r"seed must be an integer in \[0, 2\*\*32\), got seed=4294967296\."),
     ("model=cnn model.batch_norm=flase", r"model\.batch_norm must be true or false, got 'flase'\."),
     ("optimizer=sgd optimizer.nesterov=maybe", r"optimizer\.nesterov must be true or false, got 'maybe'\."),
@@ -307,6 +311,7 @@ FOLLOWED_ADVICE = [  # (refused overrides, what the message advises), each train
     ("trainer.accumulate=7 trainer.max_steps=100", "trainer.max_steps=91 trainer.epochs=2"),
     ("optimized_metric=validation/accuracy", "dataset.validation_fraction=0.1"),
     ("+optimizer.eps=0", "+optimizer.eps_root=1e-8"),
+    ("trainer.early_stopping.patience=1 trainer.eval_every=1 trainer.max_steps=1", "trainer.max_steps=2"),
 ]
 
 

@@ -22,9 +22,12 @@ def check_run_length(cfg, total_steps: int, steps_per_epoch: int) -> None:
     than the run has is fine: it reports the best checkpoint without stopping)."""
     every = cfg.trainer.eval_every
     if cfg.trainer.early_stopping.patience is not None and every >= total_steps:
+        # no eval_every is lower than 1: a one-step run has no periodic eval at all
+        remedy = ("lower trainer.eval_every" if total_steps > 1 else "train more than one step (trainer.max_steps, "
+                  "trainer.epochs) or leave out trainer.early_stopping.patience")
         raise UserError(f"trainer.early_stopping needs periodic evals before the run's end, and trainer.eval_every="
                         f"{every} gives none in the run's {total_steps} steps (the eval at step {total_steps} is the "
-                        "final one, which it does not count); lower trainer.eval_every.")
+                        f"final one, which it does not count); {remedy}.")
     n = cfg.trainer.accumulate
     if total_steps % n:
         raise UserError(f"trainer.accumulate={n} does not divide the run's {total_steps} steps, so its last "
