@@ -335,6 +335,24 @@ def test_a_budget_that_ends_the_run_ends_it_on_an_update(make_cfg):
     assert plan_privacy(cfg, split, 200, 1).total_steps == alone - 1
 
 
+def test_a_budget_that_ends_the_run_before_early_stoppings_first_eval_is_one_sentence(make_cfg):
+    """The run length was checked for early stopping's periodic evals before the budget shortened it: such a run
+    trained to the budget's end with no eval counted, a refusal for a run of that length without privacy."""
+    cfg = make_cfg("debug=smoke", "privacy=dpsgd", "privacy.noise_multiplier=1.0", "privacy.target_epsilon=2.2",
+                   "privacy.accountant=rdp", "trainer.batch_size=32", "trainer.early_stopping.patience=1")
+    split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
+    stopped = plan_privacy(cfg, split, 1000, 1).total_steps  # debug=smoke evaluates every 4 steps
+    assert stopped < 1000
+    cfg.trainer.eval_every = stopped  # its only eval due is the final one
+    with pytest.raises(UserError, match=rf"^privacy\.target_epsilon=2\.2 ends the run at step {stopped} \(privacy\."
+                                        rf"noise_multiplier=1\.0\), before trainer\.eval_every={stopped} gives "
+                                        r"trainer\.early_stopping a periodic eval; lower trainer\.eval_every, or raise "
+                                        r"privacy\.target_epsilon or privacy\.noise_multiplier\.$"):
+        plan_privacy(cfg, split, 1000, 1)
+    cfg.trainer.eval_every = stopped - 1  # the way out it names
+    assert plan_privacy(cfg, split, 1000, 1).total_steps == stopped
+
+
 def test_poisson_batches_follow_the_step_and_the_rate(make_cfg):
     cfg = make_cfg("debug=smoke", *DP)
     split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]

@@ -96,6 +96,13 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
             raise UserError(f"privacy.target_epsilon={p.target_epsilon} is spent before the first of "
                             f"trainer.accumulate={cfg.trainer.accumulate} micro-batches completes an update; raise "
                             "privacy.target_epsilon or privacy.noise_multiplier.")
+        every = cfg.trainer.eval_every  # checked against the planned steps (zoo.optim.check_run_length): fewer now
+        if cfg.trainer.early_stopping.patience is not None and every >= total_steps:
+            lower = "lower trainer.eval_every, or " if total_steps > 1 else ""
+            raise UserError(f"privacy.target_epsilon={p.target_epsilon} ends the run at step {total_steps} "
+                            f"(privacy.noise_multiplier={sigma}), before trainer.eval_every={every} gives "
+                            f"trainer.early_stopping a periodic eval; {lower}raise privacy.target_epsilon or "
+                            "privacy.noise_multiplier.")
     eps = acc.epsilon(q, sigma, total_steps, accountant_delta, p.accountant)
     if sigma == 0:
         log.warning("privacy.noise_multiplier=0: gradients are clipped without noise, which gives no privacy "
