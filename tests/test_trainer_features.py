@@ -206,6 +206,23 @@ def test_early_stopping_patience_survives_preemption(make_cfg, monkeypatch):
     assert resumed["test"] == whole["test"]
 
 
+def test_a_run_resumed_under_another_checkpoint_metric_counts_its_patience_afresh(make_cfg, monkeypatch, caplog):
+    """Its counters held the best accuracy (0.14) and compared each loss (~2) with it as a loss: every eval was a bad
+    one, the run stopped at step 10 while its loss fell, and results.json gave the accuracy as the best loss."""
+    common = [*SGD, "optimizer.learning_rate=0.01", "trainer.max_steps=40", "trainer.eval_every=2",
+              "trainer.log_every=1", "trainer.early_stopping.patience=3"]
+    whole = train(make_cfg(*common, "checkpoint.metric=loss", out="whole"))
+    assert whole["steps"] == 40  # the loss falls at every eval
+    with monkeypatch.context() as patch:
+        patch.setattr(RunLogger, "progress", sigterm_at(5))
+        with pytest.raises(Preempted):
+            train(make_cfg(*common, out="resumed"))  # ranked by accuracy
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        resumed = train(make_cfg(*common, "checkpoint.metric=loss", out="resumed"))
+    assert resumed["steps"] == 40 and resumed["early_stopping"] == whole["early_stopping"]
+    assert any("early stopping counts its patience afresh from step 5" in r.getMessage() for r in caplog.records)
+
+
 def test_a_run_stopped_under_trainer_resume_never_says_to_resume_with_auto(make_cfg, monkeypatch):
     """Its stop line said to resume with the same command, which trainer.resume=never then refused: the run's
     directory held checkpoints."""

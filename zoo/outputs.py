@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.checkpoint import Checkpoints
+from zoo.config import METRIC_MODES
 from zoo.cli import in_multirun, launch_dir_path, named_run_dir, new_run_dir, run_dir_setting, shared_job_dir
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import RunRefused, UserError
@@ -138,7 +139,7 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         own = bool(ckpts and ckpts.steps())  # its own checkpoints, not trainer.resume's
         start_step, restored, meta = find_start(cfg, ckpts, target)
         if early is not None and meta:
-            early.load_state_dict(meta.get("early_stopping"))
+            early.load_state_dict(_counters_to_resume(meta, early, task, start_step))
         stopped_early = early is not None and early.stopped_step is not None
         if stopped_early and restored is not None and not own:  # its best checkpoint is in the other run alone
             resume = str(cfg.trainer.resume)
@@ -216,6 +217,23 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
         saver(start_step, host_state, sums, None, wait=True, replace=True, scheduled=start_step)
     return RunOutputs(cfg, task, total_steps, ckpts, logger, saver, zero_sums, target,
                       start_step, host_state, sums, early, eval_at_start=lengthened, continued_speed=continued_speed)
+
+
+def _counters_to_resume(meta: dict, early: EarlyStopping, task, step: int):
+    """The early-stopping counters a run goes on with. Kept by another checkpoint.metric (or mode), their best is a
+    value of that metric, which the new one's evals cannot be compared with: an unfinished run counts afresh. A run
+    early stopping ended keeps them, as its results stand (or the other settings are refused)."""
+    saved = meta.get("early_stopping")
+    if not saved or saved.get("stopped_step") is not None:
+        return saved
+    ranked = (meta.get("config") or {}).get("checkpoint") or {}
+    metric = ranked.get("metric") or task.objective
+    mode = ranked.get("mode") or METRIC_MODES.get(metric)
+    if (metric, mode) == (early.metric, early.mode):
+        return saved
+    log.warning("the evals before step %d were ranked by %s (%s), and this run ranks them by %s (%s): early stopping "
+                "counts its patience afresh from step %d", step, metric, mode, early.metric, early.mode, step)
+    return None
 
 
 def _reported_checkpoint(checkpoints: str, early: EarlyStopping):
