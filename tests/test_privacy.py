@@ -624,6 +624,17 @@ def test_the_plan_is_said_only_by_a_run_that_trains(make_cfg, caplog):
     assert "already holds this finished run" in caplog.text and "DP-SGD: q=" not in caplog.text
 
 
+def test_a_dp_run_asked_to_train_longer_is_told_why_it_cannot(make_cfg):
+    """A run lengthened goes on from its end; a DP-SGD run's budget was accounted for the steps it planned, so it
+    is refused. The refusal named the setting alone, as if any other run were refused too."""
+    from zoo.errors import UserError
+
+    train(make_cfg("debug=smoke", *DP))
+    with pytest.raises(UserError, match=r"trainer\.max_steps \(6 -> 8\).*, which a DP-SGD run cannot change: its "
+                                        r"privacy was accounted for the run those settings planned; "):
+        train(make_cfg("debug=smoke", *DP, "trainer.max_steps=8"))
+
+
 def test_an_exported_dp_model_carries_the_guarantee_of_its_step(make_cfg, tmp_path):
     from zoo.export.artifact import export
 

@@ -187,9 +187,12 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
         raise UserError(f"the config saved in {source.directory} is refused: {e}") from None
     changed = changed_settings(saved, current, STATE_DEFINING + resume_defining(saved_config, current))
     if changed:
+        # a run may go on with more steps or another batch size; a DP-SGD run may not, which the sentence says
+        why = ("" if not changed_settings(saved, current, resume_defining(saved_config, current)) else
+               ", which a DP-SGD run cannot change: its privacy was accounted for the run those settings planned")
         raise (RunRefused if own else UserError)(
-            f"the checkpoint in {source.directory} was trained with other settings: {'; '.join(changed)}; restore "
-            f"those settings or {way_out}")
+            f"the checkpoint in {source.directory} was trained with other settings: {'; '.join(changed)}{why}; "
+            f"restore those settings or {way_out}")
     try:
         step, tree, meta = restore_latest_good(source, target, hint=way_out)
     except StateMismatch:
