@@ -383,6 +383,7 @@ def test_only_process_0s_larger_count_is_refused_while_joining(monkeypatch, coun
 
     monkeypatch.setattr(distributed, "_started_now", lambda ids: counts)
     monkeypatch.setattr(distributed, "_LINGER_S", 0)
+    monkeypatch.setattr(distributed, "_not_joined", None)  # a refusal is kept for this process's later JAX calls
     monkeypatch.setattr(distributed.jax.distributed, "initialize", lambda **kwargs: time.sleep(2))  # joins in 2 s
     cfg = OmegaConf.create({"mode": "explicit", "num_processes": counts[1], "process_id": 1, "timeout_s": 30})
     if refused_while_joining:
