@@ -14,15 +14,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.checkpoint import Checkpoints
-from zoo.config import METRIC_MODES
 from zoo.cli import in_multirun, launch_dir_path, named_run_dir, new_run_dir, run_dir_setting, shared_job_dir
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import RunRefused, UserError
+from zoo.files import load_json
 from zoo.loop import NonFiniteLoss, divergence_advice, metric_summary
 from zoo.optim import learning_rate_at
 from zoo.parallel.distributed import is_primary
 from zoo.privacy.plan import EpsilonLogger
-from zoo.resume import checkpoint_settings, find_start, result_changes
+from zoo.resume import checkpoint_settings, find_start, ranked_by, result_changes
 from zoo.run_logger import RunLogger
 
 log = logging.getLogger("zoo")
@@ -226,9 +226,7 @@ def _counters_to_resume(meta: dict, early: EarlyStopping, task, step: int):
     saved = meta.get("early_stopping")
     if not saved or saved.get("stopped_step") is not None:
         return saved
-    ranked = (meta.get("config") or {}).get("checkpoint") or {}
-    metric = ranked.get("metric") or task.objective
-    mode = ranked.get("mode") or METRIC_MODES.get(metric)
+    metric, mode = ranked_by((meta.get("config") or {}).get("checkpoint") or {}, task)
     if (metric, mode) == (early.metric, early.mode):
         return saved
     log.warning("the evals before step %d were ranked by %s (%s), and this run ranks them by %s (%s): early stopping "
@@ -240,14 +238,15 @@ def _reported_checkpoint(checkpoints: str, early: EarlyStopping):
     """The step a run early stopping ended reports: its best checkpoint by checkpoint.metric, the later on a tie,
     which results.json records. Not early.best_step, the last eval that improved by more than min_delta."""
     try:
-        with open(os.path.join(os.path.dirname(os.path.normpath(checkpoints)), "results.json")) as f:
-            return json.load(f)["early_stopping"]["best_checkpoint_step"]
-    except (OSError, ValueError, KeyError, TypeError):  # stopped while it finished: its checkpoints say
-        source = Checkpoints(checkpoints, metric=early.metric, mode=early.mode, read_only=True)
-        try:
-            return source.best_step()
-        finally:
-            source.close()
+        return load_json(os.path.join(os.path.dirname(os.path.normpath(checkpoints)), "results.json"))[
+            "early_stopping"]["best_checkpoint_step"]
+    except (KeyError, TypeError):  # none (stopped while it finished) or damaged: its checkpoints say
+        pass
+    source = Checkpoints(checkpoints, metric=early.metric, mode=early.mode, read_only=True)
+    try:
+        return source.best_step()
+    finally:
+        source.close()
 
 
 def _how_it_ended(recorded: dict, meta: dict, step: int, stopped_early: bool) -> str:

@@ -80,9 +80,15 @@ def result_changes(saved: dict, cfg: DictConfig) -> list:
     return changed_settings(saved, current, prefixes)
 
 
+def ranked_by(checkpoint, task) -> tuple:
+    """(metric, mode) a run's checkpoints are ranked by: its checkpoint settings' (a config or a saved dict), or
+    their defaults for the task; mode None where the metric has no direction of its own."""
+    metric = checkpoint.get("metric") or task.objective
+    return metric, checkpoint.get("mode") or METRIC_MODES.get(metric)
+
+
 def checkpoint_settings(cfg: DictConfig, task) -> dict:
-    metric = cfg.checkpoint.metric or task.objective
-    mode = cfg.checkpoint.mode or METRIC_MODES.get(metric)
+    metric, mode = ranked_by(cfg.checkpoint, task)
     if mode is None:  # validate() refuses this for new runs; a config saved by an older version may hold it
         raise UserError(f"checkpoint.metric={metric} has no direction of its own; set checkpoint.mode=max or min.")
     return dict(keep=cfg.checkpoint.keep, keep_best=cfg.checkpoint.keep_best, metric=metric, mode=mode,
