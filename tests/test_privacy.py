@@ -245,6 +245,17 @@ def test_reported_epsilon_is_what_dp_accounting_computes(make_cfg, tmp_path, acc
     assert all(r["gflop_s"] > 0 for r in logged if r["split"] == "train")  # as in a run without privacy
 
 
+def test_pld_epsilon_equals_dp_accountings_own_accountant_at_every_step_asked_again():
+    """epsilon() builds the one-step PLD once per (q, sigma); every answer, the first and the repeated ones, is
+    what a fresh PLDAccountant composing the whole event gives."""
+    from zoo.privacy.accountant import dpsgd_event, epsilon
+
+    for q, sigma in ((16 / 1438, 1.0), (256 / 1437, 0.6), (0.5, 3.0)):
+        for steps in (1, 7, 300, 7, 1):
+            fresh = PLDAccountant(value_discretization_interval=1e-3).compose(dpsgd_event(q, sigma, steps))
+            assert epsilon(q, sigma, steps, 1e-5, "pld") == fresh.get_epsilon(1e-5) > 0
+
+
 def test_target_epsilon_solves_the_noise_and_a_fixed_noise_stops_at_the_budget(make_cfg):
     cfg = make_cfg("debug=smoke", "privacy=dpsgd", "privacy.target_epsilon=2", "privacy.accountant=rdp")
     split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]

@@ -9,6 +9,7 @@ import math
 
 import dp_accounting
 from dp_accounting.pld import PLDAccountant
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
@@ -34,7 +35,9 @@ class _RdpAccountant(RdpAccountant):
 
 # PLD's discretisation rounds pessimistically, so a coarser grid is still an upper bound: 1e-3 instead of the
 # default 1e-4 changed epsilon by < 1e-3 on digits and made each evaluation ~5x faster (0.2 s).
-ACCOUNTANTS = {"pld": functools.partial(PLDAccountant, value_discretization_interval=1e-3), "rdp": _RdpAccountant}
+PLD_INTERVAL = 1e-3
+ACCOUNTANTS = {"pld": functools.partial(PLDAccountant, value_discretization_interval=PLD_INTERVAL),
+               "rdp": _RdpAccountant}
 # The noise search starts at MIN_NOISE_MULTIPLIER: a target met with less noise is then met with that much.
 
 
@@ -48,7 +51,21 @@ def epsilon(q: float, noise_multiplier: float, steps: int, delta: float, account
         return 0.0
     if noise_multiplier == 0:  # clipping without noise: nothing is private
         return math.inf
+    if accountant == "pld" and q > 0:
+        composed = pld_lib.identity(value_discretization_interval=PLD_INTERVAL).compose(
+            _one_step_pld(q, noise_multiplier).self_compose(steps))
+        return float(composed.get_epsilon_for_delta(delta))
     return float(ACCOUNTANTS[accountant]().compose(dpsgd_event(q, noise_multiplier, steps)).get_epsilon(delta))
+
+
+@functools.lru_cache(maxsize=16)
+def _one_step_pld(q: float, noise_multiplier: float) -> pld_lib.PrivacyLossDistribution:
+    """The PLD of one step, built as PLDAccountant builds it for dpsgd_event. It is ~3/4 of the accountant's cost
+    (~0.1 s), and a run asks for epsilon at every train record, each time for the same step: the accountant, which
+    built it anew each time, doubled the time of a DP run logging every step."""
+    return pld_lib.from_gaussian_mechanism(
+        standard_deviation=noise_multiplier, value_discretization_interval=PLD_INTERVAL, sampling_prob=q,
+        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
 def solve_noise_multiplier(q: float, steps: int, target_epsilon: float, delta: float, accountant: str) -> float:
