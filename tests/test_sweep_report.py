@@ -84,6 +84,22 @@ def test_summary_ranks_completed_then_unfinished_then_failed_and_says_why(tmp_pa
     assert "| 3 | 2 | unfinished |" in markdown and "| 4 | 1 | failed | nan |" in markdown
 
 
+def test_a_dp_sweeps_summary_shows_the_epsilon_each_job_spent(tmp_path):
+    """DP-SGD trials trade accuracy for privacy: the table shows each one's epsilon (results.json's privacy
+    record) beside its metrics; a job without privacy, or whose epsilon is infinite (no noise), shows none."""
+    private = {**completed(0.8), "privacy": {"epsilon": 2.998, "delta": 1e-5}}
+    write_job(tmp_path, "0", ["privacy.target_epsilon=3"], results=private)
+    write_job(tmp_path, "1", ["privacy.target_epsilon=8"], results={**completed(0.9), "privacy": {"epsilon": 7.75}})
+    write_job(tmp_path, "2", ["privacy.noise_multiplier=0"], results={**completed(0.95), "privacy": {"epsilon": None}})
+    write_job(tmp_path, "3", ["privacy=none"], results=completed(0.97))
+    sweep_report.write_summary(str(tmp_path), plot=False)
+    with open(tmp_path / "summary.csv") as f:
+        rows = {r["job"]: r for r in csv.DictReader(f)}
+    assert [rows[j]["epsilon"] for j in "0123"] == ["2.998", "7.75", "", ""]
+    header = (tmp_path / "summary.md").read_text().split("| rank |", 1)[1].splitlines()[0]
+    assert "| epsilon |" in header
+
+
 def job_config(root, name: str):
     return OmegaConf.create({"hydra": {"mode": RunMode.MULTIRUN, "sweep": {"dir": str(root)},
                                        "runtime": {"output_dir": str(root / name)}}})

@@ -48,6 +48,9 @@ def read_job(job_dir: str, root: str) -> dict:
                    wall_time_s=results.get("wall_time_s"),
                    metrics={f"{split}/{k}": v for split in REPORTED_SPLITS
                             for k, v in results.get(split, {}).items() if k != "count"})
+        epsilon = (results.get("privacy") or {}).get("epsilon")  # a DP-SGD run's; None where it is infinite
+        if epsilon is not None:
+            row["metrics"]["epsilon"] = epsilon
         if not finite(row["objective"]):
             row.update(status="failed", reason=f"objective is {row['objective']}")
     elif failure is not None:
