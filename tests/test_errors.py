@@ -695,13 +695,24 @@ def test_a_finished_run_asked_for_other_settings_is_refused(make_cfg, tmp_path, 
         train(make_cfg("debug=smoke", changed))
     assert (tmp_path / "run" / "results.json").read_text() == results
     with pytest.raises(UserError, match=r"hydra\.run\.dir=.*/run holds a run at step 6, past the 4 steps "
-                                        r"trainer\.epochs and trainer\.max_steps now give"):
+                                        r"trainer\.epochs, trainer\.max_steps and trainer\.batch_size now give"):
         train(make_cfg("debug=smoke", "trainer.max_steps=4"))
     source = tmp_path / "run" / "checkpoints"  # the same, taken as the start of a new run: the source is named
     with pytest.raises(UserError, match=rf"trainer\.resume={source} holds a run at step 6, past the 4 steps "
-                                        r"trainer\.epochs and trainer\.max_steps now give; restore them or resume "
-                                        r"from an earlier run\.$"):
+                                        r"trainer\.epochs, trainer\.max_steps and trainer\.batch_size now give; "
+                                        r"restore them or resume from an earlier run\.$"):
         train(make_cfg("debug=smoke", "trainer.max_steps=4", f"trainer.resume={source}", out="new"))
+
+
+def test_a_run_past_the_length_another_batch_size_gives_names_the_batch_size(make_cfg, tmp_path):
+    """An epoch-long run is shorter in steps at a larger batch: the sentence names the setting that changed it,
+    not only trainer.epochs and trainer.max_steps, which the command left as they were."""
+    train(make_cfg("debug=smoke", "trainer.max_steps=null", "trainer.batch_size=64"))  # 22 steps of 1438 examples
+    results = (tmp_path / "run" / "results.json").read_text()
+    with pytest.raises(UserError, match=r"holds a run at step 22, past the 11 steps trainer\.epochs, "
+                                        r"trainer\.max_steps and trainer\.batch_size now give; restore them"):
+        train(make_cfg("debug=smoke", "trainer.max_steps=null", "trainer.batch_size=128"))
+    assert (tmp_path / "run" / "results.json").read_text() == results
 
 
 def test_a_finished_run_missing_its_results_is_finished_only_with_its_own_settings(make_cfg, tmp_path):

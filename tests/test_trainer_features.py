@@ -175,8 +175,8 @@ def test_a_run_early_stopping_ended_asked_for_fewer_steps_than_it_trained_is_ref
     train(make_cfg(*STOPPING))
     results = (tmp_path / "run" / "results.json").read_text()
     with pytest.raises(UserError, match=r"^hydra\.run\.dir=.*/run holds a run early stopping ended at step 6, past "
-                                        r"the 4 steps trainer\.epochs and trainer\.max_steps now give; restore them "
-                                        r"or choose a new hydra\.run\.dir\.$"):
+                                        r"the 4 steps trainer\.epochs, trainer\.max_steps and trainer\.batch_size now "
+                                        r"give; restore them or choose a new hydra\.run\.dir\.$"):
         train(make_cfg(*STOPPING, "trainer.max_steps=4"))
     assert (tmp_path / "run" / "results.json").read_text() == results
     assert train(make_cfg(*STOPPING, "trainer.max_steps=10"))["steps"] == 6  # as a 10-step run stops there too

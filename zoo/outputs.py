@@ -163,8 +163,8 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
                               (f"trainer.resume={cfg.trainer.resume}", "resume from an earlier run"))
             what = "a run early stopping ended" if stopped_early else "a run"
             raise (RunRefused if own else UserError)(
-                f"{where} holds {what} at step {start_step}, past the {total_steps} steps trainer.epochs "
-                f"and trainer.max_steps now give; restore them or {instead}.")
+                f"{where} holds {what} at step {start_step}, past the {total_steps} steps trainer.epochs, "
+                f"trainer.max_steps and trainer.batch_size now give; restore them or {instead}.")
         _check_scheduled_length(cfg, meta, total_steps, ckpts, own)
         ended = start_step == total_steps or stopped_early
         recorded = _recorded_results(cfg, task, results_path, meta, start_step) if restored is not None and ended \
