@@ -469,6 +469,7 @@ def test_a_one_job_sweep_kept_at_its_root_is_rerun_as_any_sweep(data_dir, tmp_pa
 @pytest.mark.parametrize("overrides,key,group,settings", [
     (["optimizer=sgd"], "optimizer.weight_decay", "optimizer=sgd", "learning_rate, momentum, nesterov"),
     (["model=cnn", "optimizer.weight_decay=0"], "model.hidden", "model=cnn", None),
+    (["model=linear"], "model.hidden", "model=linear", "none"),  # not an empty "(its settings: )"
 ])
 def test_a_preset_searching_a_setting_the_chosen_group_lacks_is_refused_before_any_trial(data_dir, tmp_path, overrides,
                                                                                          key, group, settings):
