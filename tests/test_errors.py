@@ -136,6 +136,8 @@ BAD_VALUES = [
                              r"'accuracy'\] or null\."),
     ("schedule=warmup_cosine", r"schedule\.warmup_steps=50 must be smaller than the run's 6 steps"),
     ("schedule=warmup_cosine schedule.warmup_steps=-5", r"schedule\.warmup_steps must be an integer >= 0, got -5\."),
+    ("schedule=warmup_cosine schedule.warmup_steps=null",  # a TypeError in the schedule's length check
+     r"schedule\.warmup_steps must be an integer >= 0, got None\."),
     ("seed=-1", r"seed must be an integer in \[0, 2\*\*32\), got seed=-1\."),
     ("trainer.early_stopping.patience=1 trainer.eval_every=7",
      r"trainer\.early_stopping needs periodic evals before the run's end, and trainer\.eval_every=7 gives none in the "

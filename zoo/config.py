@@ -327,8 +327,10 @@ def validate(cfg: DictConfig, new_run: bool = True) -> None:
              f"seed must be an integer in [0, 2**32), got seed={cfg.seed!r}.")
     lr = cfg.optimizer.get("learning_rate")
     _require(is_positive_finite(lr), f"optimizer.learning_rate must be a positive finite number, got {lr!r}.")
-    warmup = (cfg.schedule or {}).get("warmup_steps")
-    _require(warmup is None or (isinstance(warmup, int) and warmup >= 0),
+    # a schedule without the key has no warmup; one given null would reach optax (and the length check) as None
+    has_warmup = cfg.schedule is not None and "warmup_steps" in cfg.schedule
+    warmup = cfg.schedule.get("warmup_steps") if has_warmup else None
+    _require(not has_warmup or (isinstance(warmup, int) and warmup >= 0),
              f"schedule.warmup_steps must be an integer >= 0, got {warmup!r}.")
     dropout = cfg.model.get("dropout", 0.0)
     _require(isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0,
