@@ -165,6 +165,8 @@ BAD_VALUES = [
     ("schedule=warmup_cosine schedule.end_value=-1", r"schedule\.end_value must be a finite learning rate >= 0, "
                                                      r"got -1\."),
     ("optimizer.weight_decay=-0.1", r"optimizer\.weight_decay must be >= 0, got -0\.1\."),
+    ("optimizer.weight_decay=null", r"optimizer\.weight_decay must be >= 0, got None\."),  # a traceback in the step
+    ("+optimizer.b1=null", r"optimizer\.b1 must be in \[0, 1\), got None\."),
     ("optimizer=sgd optimizer.momentum=1.0", r"optimizer\.momentum must be in \[0, 1\), got 1\.0\."),
     ("+optimizer.b1=2", r"optimizer\.b1 must be in \[0, 1\), got 2\."),
     ("+optimizer.b2=1.0", r"optimizer\.b2 must be in \[0, 1\), got 1\.0\."),

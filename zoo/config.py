@@ -451,12 +451,16 @@ OPTIMIZER_RANGES = {"weight_decay": _NON_NEGATIVE, "momentum": _UNIT, "b1": _UNI
 def _validate_optimizer_ranges(o: DictConfig) -> None:
     """The settings of OPTIMIZER_RANGES that the optimizer config holds. Called after check_arguments, which
     names a key its target does not take, or a word where it takes a number."""
+    defaults = parameter_defaults(o)
     for key, (ok, bounds) in OPTIMIZER_RANGES.items():
         value = o.get(key)
-        _require(value is None or (is_number(value) and ok(value)), f"optimizer.{key} must be {bounds}, got {value!r}.")
+        # null only where the optax function's own default is (sgd's momentum): elsewhere optax fails on it mid-step
+        null_ok = key not in o or (key in defaults and defaults[key] is None)
+        _require((value is None and null_ok) or (is_number(value) and ok(value)),
+                 f"optimizer.{key} must be {bounds}, got {value!r}.")
     # Adam's family divides by sqrt(nu + eps_root) + eps: both 0 divide a zero gradient (a constant input pixel's
     # weight) by zero, and the loss turns NaN. An optimizer without eps_root (adagrad) may take eps=0.
-    eps_root = o.get("eps_root", parameter_defaults(o).get("eps_root"))
+    eps_root = o.get("eps_root", defaults.get("eps_root"))
     _require(o.get("eps") != 0 or eps_root is None or eps_root > 0,
              f"optimizer.eps=0 with optimizer.eps_root={eps_root or 0} divides a zero gradient by zero; set "
              "optimizer.eps > 0 (e.g. 1e-8) or optimizer.eps_root > 0.")
