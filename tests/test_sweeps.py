@@ -450,6 +450,18 @@ def test_another_grid_refused_by_a_finished_sweeps_jobs_leaves_its_files_as_they
     assert "Jobs: 3 (3 completed)" in (sweep / "summary.md").read_text()
 
 
+def test_a_later_job_sharing_a_directory_does_not_train_on_an_earlier_jobs_run(data_dir, tmp_path):
+    """trainer.max_steps=4,6 in one hydra.sweep.subdir: the second job lengthened the first's finished run, whose
+    4-step results were gone, and the sweep exited 0 with one row (6,4 was refused, as other settings are)."""
+    sweep = tmp_path / "lengths"
+    proc = multirun(data_dir, sweep, "trainer.max_steps=4,6", "hydra.sweep.subdir=same", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "choose a new hydra.sweep.subdir that holds ${hydra.job.num} (this sweep's jobs share one directory)." \
+        in proc.stderr, proc.stderr[-2000:]
+    assert json.loads((sweep / "same" / "results.json").read_text())["steps"] == 4  # the first job's, as it was
+    assert [r["trainer.max_steps"] for r in summary_rows(sweep)] == ["4"]
+
+
 def test_a_one_job_sweep_kept_at_its_root_is_rerun_as_any_sweep(data_dir, tmp_path):
     """With hydra.sweep.subdir=. the job's run lies beside multirun.yaml; its rerun was refused as a run in the
     sweep dir. The same command now reports the finished job again; another one is refused by that job alone."""

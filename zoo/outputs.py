@@ -171,6 +171,11 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
             else None
         if restored is not None and recorded is None:  # it trains on, or finishes (its results.json is missing)
             _say_other_settings(cfg, meta, start_step, own, ended)
+            shared = shared_job_dir(out_dir) if own else None
+            if shared:  # an earlier job of this sweep ran here: training on would replace that job's results
+                raise RunRefused(f"{named_run_dir(out_dir)} holds the run an earlier job of this sweep left at step "
+                                 f"{start_step}, which this job would train on to step {total_steps}; choose a new "
+                                 f"{shared}.")
             # said once the run is known to go on: a refusal (other settings) is not preceded by it
             log.info("resuming from step %d of %s", start_step, ckpts.directory if own else cfg.trainer.resume)
     except BaseException:  # refused (other settings, resume=never): release the manager opened above
