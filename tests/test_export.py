@@ -1005,6 +1005,36 @@ def test_predict_warns_that_the_run_trained_on_after_its_export(make_cfg, tmp_pa
                          f"python export.py run_dir={run} exports the run's final weights.\n")
 
 
+def test_predict_warns_when_an_export_of_an_unfinished_run_is_outlived_by_its_end(make_cfg, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """An export of a run stopped before its end (no results.json yet) recorded run_steps null: once the same
+    training command had finished the run, predict.py served the stopped run's weights without a word."""
+    import contextlib
+
+    import zoo.train
+    from conftest import SignalAtRead
+    from zoo.preemption import Preempted
+
+    run = tmp_path / "run"
+    overrides = ("debug=smoke", "model.hidden=[8]", "trainer.max_steps=8", "trainer.log_every=1",
+                 "trainer.eval_every=0", "trainer.checkpoint_every=1")
+    with monkeypatch.context() as patch:  # stopped after its first call: checkpoint step 1 of 8
+        patch.setattr(zoo.train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(2)))
+        with pytest.raises(Preempted):
+            train(make_cfg(*overrides))
+    assert not (run / "results.json").exists()
+    export(make_cfg(f"run_dir={run}", config_name="export"))
+    step = json.loads((run / "export" / "signature.json").read_text())["checkpoint"]["step"]
+    assert step < 8
+    train(make_cfg(*overrides))  # the same command finishes it
+    np.save(tmp_path / "x.npy", np.zeros((2, 8, 8, 1), np.float32))
+    capsys.readouterr()
+    predict(predict_cfg(f"run_dir={run}", f"input={tmp_path / 'x.npy'}"))
+    assert capsys.readouterr().err == (
+        f"warning: {run}/export holds step {step}, exported before the run trained on to step 8; "
+        f"python export.py run_dir={run} exports the run's final weights.\n")
+
+
 def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_path, data_dir):
     """Each job of `export.py -m run_dir=R checkpoint=best,latest` wrote R's one export/ over the last job's: only
     the last checkpoint's export was left."""

@@ -237,8 +237,10 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
     test_metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, *run.eval_sets["test"])
     model = bytes(exported.serialize())
     signature = signature_of(exported, run.data, step, test_metrics, meta["config"], model)
-    # how far the run had trained: predict.py warns once it has trained on (zoo.export.predict._warn_if_trained_on)
-    signature["checkpoint"]["run_steps"] = (load_json(os.path.join(cfg.run_dir, "results.json")) or {}).get("steps")
+    # how far the run had trained: predict.py warns once it has trained on (zoo.export.predict._warn_if_trained_on);
+    # a run not finished yet (no results.json) had trained at least to the step exported, and may still finish
+    finished = (load_json(os.path.join(cfg.run_dir, "results.json")) or {}).get("steps")
+    signature["checkpoint"]["run_steps"] = finished if finished is not None else step
     if meta["config"].get("privacy", {}).get("mode") == "dpsgd":
         early_stopping = meta["config"]["trainer"].get("early_stopping") or {}
         # `final` is the best checkpoint with early stopping (zoo.evaluate._pick_steps)
