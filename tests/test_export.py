@@ -1035,6 +1035,32 @@ def test_predict_warns_when_an_export_of_an_unfinished_run_is_outlived_by_its_en
         f"python export.py run_dir={run} exports the run's final weights.\n")
 
 
+def test_export_of_an_unfinished_run_says_it_is_not_the_runs_final_state(make_cfg, tmp_path, monkeypatch, caplog):
+    """export.py takes eval.py's checkpoint=final, 'what results.json reports'; of a run stopped before its end, eval.py
+    said the step was not the run's final state, while export.py exported it without a word."""
+    import contextlib
+
+    import zoo.train
+    from conftest import SignalAtRead
+    from zoo.preemption import Preempted
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as patch:  # stopped after its first call: checkpoint step 1 of 8
+        patch.setattr(zoo.train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(2)))
+        with pytest.raises(Preempted):
+            train(make_cfg("debug=smoke", "model.hidden=[8]", "trainer.max_steps=8", "trainer.log_every=1",
+                           "trainer.eval_every=0", "trainer.checkpoint_every=1"))
+    with caplog.at_level("WARNING", logger="zoo"):
+        step = export(make_cfg(f"run_dir={run}", config_name="export"))["step"]
+    assert (f"run_dir={run} has not finished (no results.json): checkpoint=final exports its newest checkpoint, step "
+            f"{step} of the 8 it trains, not its final state; train it to its end, or name checkpoint=latest, best or "
+            "a step to export that one.") in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="zoo"):
+        export(make_cfg(f"run_dir={run}", "checkpoint=latest", config_name="export"))  # one named on purpose
+    assert "has not finished" not in caplog.text
+
+
 def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_path, data_dir):
     """Each job of `export.py -m run_dir=R checkpoint=best,latest` wrote R's one export/ over the last job's: only
     the last checkpoint's export was left."""

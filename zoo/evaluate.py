@@ -361,23 +361,23 @@ def evaluate(cfg: DictConfig) -> dict:
         raise
 
 
-def _warn_if_unfinished(cfg: DictConfig, step: int, meta: dict) -> None:
+def warn_if_unfinished(cfg: DictConfig, step: int, meta: dict, verb: str = "evaluate") -> None:
     """checkpoint=final is what results.json reports: a run stopped or still training has none yet, and the step
-    evaluated was printed as any other, as if it were the run's final state."""
+    evaluated (or exported) was printed as any other, as if it were the run's final state."""
     if cfg.checkpoint != "final" or os.path.exists(os.path.join(cfg.run_dir, "results.json")):
         return
     early = (meta["config"]["trainer"].get("early_stopping") or {}).get("patience") is not None
     chosen = "its best checkpoint so far" if early else "its newest checkpoint"
     total = meta.get("total_steps")
     of = f" of the {total} it trains" if total else ""
-    log.warning("run_dir=%s has not finished (no results.json): checkpoint=final evaluates %s, step %d%s, not its "
-                "final state; train it to its end, or name checkpoint=latest, best or a step to evaluate that one.",
-                cfg.run_dir, chosen, step, of)
+    log.warning("run_dir=%s has not finished (no results.json): checkpoint=final %ss %s, step %d%s, not its "
+                "final state; train it to its end, or name checkpoint=latest, best or a step to %s that one.",
+                cfg.run_dir, verb, chosen, step, of, verb)
 
 
 def _evaluate(cfg: DictConfig) -> dict:
     run, step, state, meta = restore_run(cfg, "eval.py", "eval", "eval results")
-    _warn_if_unfinished(cfg, step, meta)
+    warn_if_unfinished(cfg, step, meta)
     ema_decay = meta["config"]["trainer"].get("ema_decay")
     if cfg.split not in run.eval_sets:
         fraction = (meta["config"].get("dataset") or {}).get("validation_fraction") or 0.0

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from zoo.cli import launch_dir_path, written_whole
 from zoo.errors import UserError
 from zoo.ema import with_averaged_params
-from zoo.evaluate import restore_run
+from zoo.evaluate import restore_run, warn_if_unfinished
 from zoo.export.inference import INPUT_DTYPE, export_function, inference_function, output_names
 from zoo.files import load_json
 from zoo.loop import evaluate as eval_loop, metric_summary
@@ -230,6 +230,7 @@ def export(cfg: DictConfig) -> dict:
 
 def _export(cfg: DictConfig, out_dir: str) -> dict:
     run, step, state, meta = restore_run(cfg, "export.py", "export", "exported files")
+    warn_if_unfinished(cfg, step, meta, "export")  # checkpoint=final, as eval.py reads it
     averaged = meta["config"]["trainer"].get("ema_decay") is not None  # export what evals score
     served = with_averaged_params(state) if averaged else state
     predict = inference_function(_restored_model(meta["config"], run, served), run.data)
