@@ -11,7 +11,8 @@ with loading_libraries():  # imports first, without the garbage collector (see z
 
     from zoo.cli import main_with_one_line_ctrl_c, reader_ctrl_c, run_task
     from zoo.command_line import (overrides_then_flags, quote_paths, refuse_bare_paths, refuse_mistyped_values,
-                                  refuse_multirun, refuse_null_groups, refuse_training_settings)
+                                  refuse_multirun, refuse_null_groups, refuse_settings_of_export,
+                                  refuse_training_settings)
     from zoo.config import PredictConfig, register_configs
     from zoo.export.predict import predict
 
@@ -24,6 +25,7 @@ def main(cfg):
 
 
 if __name__ == "__main__":
+    refuse_settings_of_export(sys.argv[1:])  # before Hydra's 'Could not override' (zoo.command_line)
     sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
     refuse_multirun(sys.argv[1:], "predict.py predicts one input with one run's export, and takes no -m (--multirun), "
                     "under which each job's predictions would replace the last job's; run it once per input or "

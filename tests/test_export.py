@@ -1061,6 +1061,22 @@ def test_export_of_an_unfinished_run_says_it_is_not_the_runs_final_state(make_cf
     assert "has not finished" not in caplog.text
 
 
+@pytest.mark.parametrize("setting", ["checkpoint=latest", "+checkpoint=latest", "platforms=[cpu]"])
+def test_predict_refuses_a_setting_of_export_in_one_sentence(exported_run, tmp_path, data_dir, setting):
+    """predict.py serves the checkpoint export.py exported: `checkpoint=latest`, which eval.py and export.py take,
+    ended in Hydra's 'Could not override' and its hint to append it, exit 1, and the appended form in 'checkpoint is
+    not a setting; remove it or fix its spelling', as if it were misspelt."""
+    np.save(tmp_path / "x.npy", raw_inputs(exported_run[1], 2))
+    done = subprocess.run([sys.executable, str(ROOT / "predict.py"), f"run_dir={exported_run[0]}", "input=x.npy",
+                           setting], cwd=tmp_path, env=subprocess_env(data_dir), capture_output=True, text=True,
+                          timeout=120)
+    plain = setting.lstrip("+")
+    assert done.returncode == 2 and done.stderr == (
+        f"error: {plain} is not a setting of predict.py, which predicts with the run's export/ as export.py wrote it; "
+        f"export that one first: python export.py run_dir={exported_run[0]} {plain}.\n"), done.stderr
+    assert done.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
+
+
 def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_path, data_dir):
     """Each job of `export.py -m run_dir=R checkpoint=best,latest` wrote R's one export/ over the last job's: only
     the last checkpoint's export was left."""

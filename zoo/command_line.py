@@ -324,6 +324,20 @@ def refuse_multirun(argv: list, refusal: str) -> None:
         exit_with(UserError(refusal))
 
 
+def refuse_settings_of_export(argv: list) -> None:
+    """`python predict.py run_dir=R input=x.npy checkpoint=latest`: predict.py serves the checkpoint export.py
+    exported, and took no checkpoint= (nor platforms=) of its own; Hydra refused it with the hint to append it, which
+    was then refused as a misspelt setting. One sentence naming the export.py command that does it, and exit 2."""
+    run_dir = next((arg.partition("=")[2] for arg in argv if arg.lstrip("+").startswith("run_dir=")), "...")
+    for arg in argv:
+        key, sep, _ = arg.lstrip("+~").partition("=")
+        if sep and key in ("checkpoint", "platforms"):
+            setting = arg.lstrip("+~")
+            exit_with(UserError(f"{setting} is not a setting of predict.py, which predicts with the run's export/ as "
+                                f"export.py wrote it; export that one first: python export.py run_dir={run_dir} "
+                                f"{setting}."))
+
+
 def refuse_sweeps_but_of_run_dir(argv: list) -> None:
     """export.py -m: each job writes its run's one export/, so a sweep over anything but run_dir (checkpoint=best,
     latest) left only its last job's export, each earlier one replaced without a word."""
