@@ -186,6 +186,22 @@ def test_predict_reads_npy_and_csv_and_writes_stdout_or_a_file(exported_run, tmp
     assert capsys.readouterr().out == printed
 
 
+def test_predict_skips_a_csv_line_of_spaces_as_it_skips_an_empty_one(exported_run, tmp_path, capsys):
+    """An empty line was skipped, while a line of spaces or a tab (one an editor leaves at the end of a file) was
+    refused as 'the number of columns changed from 64 to 1', which names neither the line nor the spaces."""
+    run_dir, cfg = exported_run
+    rows = [",".join(map(str, row)) for row in raw_inputs(cfg, 3).reshape(3, -1).astype(int)]
+    (tmp_path / "x.csv").write_text("\n".join(rows) + "\n")
+    predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.csv'}"))
+    printed = capsys.readouterr().out
+    for name, text in {"empty.csv": "\n".join(rows) + "\n\n", "spaces.csv": "\n".join(rows) + "\n   \n",
+                       "tab.csv": rows[0] + "\n\t\n" + "\n".join(rows[1:]) + "\n",
+                       "crlf.csv": "\r\n".join(rows) + "\r\n  \r\n"}.items():
+        (tmp_path / name).write_bytes(text.encode())
+        predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / name}"))
+        assert capsys.readouterr().out == printed, name
+
+
 def test_predict_reads_a_npy_of_flattened_examples_as_the_csv_of_the_same_numbers(exported_run, tmp_path, capsys):
     """A .csv holds one flattened example per line: the same (N, 64) array saved with np.save is read alike, not
     refused for its shape while the .csv of its numbers is predicted."""

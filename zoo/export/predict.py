@@ -263,7 +263,11 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
             with warnings.catch_warnings():  # an empty file is reported below, by its shape
                 warnings.simplefilter("ignore")
                 # utf-8-sig: a byte order mark (Excel's "CSV UTF-8" begins with one) is not part of the first number
-                x = np.loadtxt(path, delimiter=",", ndmin=2, encoding="utf-8-sig", quotechar='"')
+                with open(path, encoding="utf-8-sig") as f:
+                    # a line of spaces or tabs is as blank as an empty one, which np.loadtxt skips (it read one
+                    # number, an empty one, there); each line stays, so np.loadtxt's row numbers are the file's
+                    lines = [line if line.strip() else "\n" for line in f]
+                x = np.loadtxt(lines, delimiter=",", ndmin=2, quotechar='"')
             if x.ndim == 2 and x.shape[1] == math.prod(shape) + 1 and len(x) > 1 and \
                     np.array_equal(x[:, 0], np.arange(len(x))):
                 raise UserError(f"input={path} begins each line with its line number (0, 1, 2, ...: the index pandas' "
