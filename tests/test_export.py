@@ -1049,6 +1049,15 @@ def test_predict_warns_when_an_export_of_an_unfinished_run_is_outlived_by_its_en
     assert capsys.readouterr().err == (
         f"warning: {run}/export holds step {step}, exported before the run trained on to step 8; "
         f"python export.py run_dir={run} exports the run's final weights.\n")
+    # stopped after its last checkpoint, before results.json: an older step exported, and the run finished by the
+    # same command without a further step, has not trained on since
+    (run / "results.json").unlink()
+    export(make_cfg(f"run_dir={run}", "checkpoint=6", config_name="export"))
+    train(make_cfg(*overrides))
+    assert json.loads((run / "results.json").read_text())["steps"] == 8
+    capsys.readouterr()
+    predict(predict_cfg(f"run_dir={run}", f"input={tmp_path / 'x.npy'}"))
+    assert capsys.readouterr().err == ""
 
 
 def test_export_of_an_unfinished_run_says_it_is_not_the_runs_final_state(make_cfg, tmp_path, monkeypatch, caplog):

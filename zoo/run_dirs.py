@@ -22,6 +22,14 @@ def holds_steps(checkpoints: str) -> bool:
         return False
 
 
+def newest_step(checkpoints: str):
+    """The largest step a run's checkpoints/ holds a folder of (read without opening it), else None."""
+    try:
+        return max((int(name) for name in os.listdir(checkpoints) if name.isdigit()), default=None)
+    except OSError:
+        return None
+
+
 def command_read(path: str):
     """(the run_dir it read, its script) where `path` is the directory an eval.py or export.py command kept its
     .hydra/ and log in (outputs/eval/<date>/<time>), else None. Their configs hold run_dir; a training run's not."""

@@ -27,6 +27,7 @@ from zoo.export.inference import INPUT_DTYPE, export_function, inference_functio
 from zoo.files import load_json
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel.distributed import is_primary
+from zoo.run_dirs import newest_step
 from zoo.train import build_model
 
 log = logging.getLogger("zoo")
@@ -239,9 +240,10 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
     model = bytes(exported.serialize())
     signature = signature_of(exported, run.data, step, test_metrics, meta["config"], model)
     # how far the run had trained: predict.py warns once it has trained on (zoo.export.predict._warn_if_trained_on);
-    # a run not finished yet (no results.json) had trained at least to the step exported, and may still finish
+    # a run not finished yet (no results.json) had trained to its newest checkpoint, and may still finish
     finished = (load_json(os.path.join(cfg.run_dir, "results.json")) or {}).get("steps")
-    signature["checkpoint"]["run_steps"] = finished if finished is not None else step
+    newest = newest_step(os.path.join(cfg.run_dir, "checkpoints"))
+    signature["checkpoint"]["run_steps"] = finished if finished is not None else max(step, newest or step)
     if meta["config"].get("privacy", {}).get("mode") == "dpsgd":
         early_stopping = meta["config"]["trainer"].get("early_stopping") or {}
         # `final` is the best checkpoint with early stopping (zoo.evaluate._pick_steps)
