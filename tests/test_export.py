@@ -1102,6 +1102,20 @@ def test_predict_refuses_a_setting_of_export_in_one_sentence(exported_run, tmp_p
     assert done.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device that is always full")
+def test_predict_to_a_stdout_that_cannot_take_it_is_one_sentence(exported_run, tmp_path, data_dir):
+    """`python predict.py ... > p.csv` on a full disk (or stdout a closed pipe) ended in the traceback of
+    OSError: [Errno 28] No space left on device, exit 1, where output=p.csv on that disk is one sentence."""
+    np.save(tmp_path / "x.npy", raw_inputs(exported_run[1], 2))
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, str(ROOT / "predict.py"), f"run_dir={exported_run[0]}", "input=x.npy"],
+                              cwd=tmp_path, env=subprocess_env(data_dir), stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == (
+        "error: the predictions could not all be written to stdout (No space left on device), so what it received is "
+        "incomplete; pass output=FILE.csv to write them to a file, written whole or not at all.\n"), done.stderr
+
+
 def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_path, data_dir):
     """Each job of `export.py -m run_dir=R checkpoint=best,latest` wrote R's one export/ over the last job's: only
     the last checkpoint's export was left."""

@@ -325,9 +325,16 @@ def predict(cfg: DictConfig) -> dict:
     outputs = run_exported(exported, x, cfg.batch_size)
     text = to_csv(outputs, signature["task"])
     if cfg.output is None:
-        with written_whole():
-            sys.stdout.write(text)
-            sys.stdout.flush()
+        try:
+            with written_whole():
+                sys.stdout.write(text)
+                sys.stdout.flush()
+        except OSError as e:  # `> p.csv` on a full disk, a closed pipe: as output= on that disk, one sentence
+            # what stdout still buffers would fail again as Python exits, printing a second report about it
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise UserError(f"the predictions could not all be written to stdout ({e.strerror or e}), so what it "
+                            "received is incomplete; pass output=FILE.csv to write them to a file, written whole or "
+                            "not at all.") from None
     else:
         try:
             with written_whole():
