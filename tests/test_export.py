@@ -1116,6 +1116,22 @@ def test_predict_to_a_stdout_that_cannot_take_it_is_one_sentence(exported_run, t
         "incomplete; pass output=FILE.csv to write them to a file, written whole or not at all.\n"), done.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device that is always full")
+def test_eval_to_a_stdout_that_cannot_take_it_is_one_sentence(exported_run, tmp_path, data_dir):
+    """`python eval.py run_dir=R > m.txt` on a full disk ended in the traceback of OSError: [Errno 28], exit 1, which
+    did not say that the results were written to the run's eval/ all the same."""
+    run_dir = exported_run[0]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, str(ROOT / "eval.py"), f"run_dir={run_dir}",
+                               f"hydra.run.dir={tmp_path / 'eval'}"], cwd=tmp_path, env=subprocess_env(data_dir),
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    written = sorted((run_dir / "eval").glob("test-*.json"))
+    assert done.returncode == 2 and done.stderr.endswith(
+        f"error: the metrics could not be printed to stdout (No space left on device); they are written to "
+        f"{written[-1]}.\n"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_path, data_dir):
     """Each job of `export.py -m run_dir=R checkpoint=best,latest` wrote R's one export/ over the last job's: only
     the last checkpoint's export was left."""

@@ -1,6 +1,7 @@
 """evaluate(cfg): rebuild a finished run from its checkpoint's saved config and run the exact eval loop."""
 import logging
 import os
+import sys
 
 import jax
 from omegaconf import DictConfig, OmegaConf
@@ -396,7 +397,13 @@ def _evaluate(cfg: DictConfig) -> dict:
             write_json(path, {"step": step, "split": cfg.split, **metrics, **averaged_with})
         averaged = ("" if ema_decay is None
                     else f" (exponential moving average of the parameters, ema_decay={ema_decay})")
-        print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}")
+        try:
+            print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}", flush=True)
+        except OSError as e:  # `> m.txt` on a full disk, a closed pipe: the results are in the run all the same
+            # what stdout still buffers would fail again as Python exits, printing a second report about it
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise UserError(f"the metrics could not be printed to stdout ({e.strerror or e}); they are written to "
+                            f"{path}.") from None
         log.info("wrote %s", path)
     return {"split": cfg.split, "step": step, "metrics": metrics, "path": path,
             "objective": metrics.get(run.compiled.task.objective)}
