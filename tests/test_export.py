@@ -1132,6 +1132,23 @@ def test_eval_to_a_stdout_that_cannot_take_it_is_one_sentence(exported_run, tmp_
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device that is always full")
+def test_export_to_a_stdout_that_cannot_take_its_line_is_one_sentence(make_cfg, tmp_path, data_dir):
+    """`python export.py run_dir=R > log.txt` on a full disk ended in the traceback of OSError: [Errno 28], exit 1,
+    once the export was in place, which it did not say."""
+    train(make_cfg("debug=smoke", "model.hidden=[8]"))
+    run = tmp_path / "run"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, str(ROOT / "export.py"), f"run_dir={run}",
+                               f"hydra.run.dir={tmp_path / 'export-log'}"], cwd=tmp_path, env=subprocess_env(data_dir),
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.endswith(
+        f"error: export.py's line could not be printed to stdout (No space left on device); the export of step 6 is "
+        f"written to {run / 'export'}.\n"), done.stderr
+    assert "Traceback" not in done.stderr and sorted(p.name for p in (run / "export").iterdir()) == list(
+        ("model.jax", "signature.json"))
+
+
 def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_path, data_dir):
     """Each job of `export.py -m run_dir=R checkpoint=best,latest` wrote R's one export/ over the last job's: only
     the last checkpoint's export was left."""

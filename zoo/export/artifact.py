@@ -12,6 +12,7 @@ import platform
 import re
 import shutil
 import socket
+import sys
 import tempfile
 from importlib import metadata
 
@@ -257,5 +258,12 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
             raise UserError(f"the export cannot be written to {out_dir} ({e.strerror or e}); nothing there was "
                             "changed: free space on its file system, or copy the run somewhere with room and pass "
                             "that run_dir.") from None
-        print(f"exported step {step} to {out_dir} (model.jax, signature.json); test: {metric_summary(test_metrics)}")
+        try:
+            print(f"exported step {step} to {out_dir} (model.jax, signature.json); test: "
+                  f"{metric_summary(test_metrics)}", flush=True)
+        except OSError as e:  # `> log.txt` on a full disk, a closed pipe: the export is in place all the same
+            # what stdout still buffers would fail again as Python exits, printing a second report about it
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise UserError(f"export.py's line could not be printed to stdout ({e.strerror or e}); the export of step "
+                            f"{step} is written to {out_dir}.") from None
     return {"step": step, "path": out_dir, "signature": signature, "objective": None}
