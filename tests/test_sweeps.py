@@ -185,6 +185,19 @@ def test_a_pruned_trial_stops_keeps_its_checkpoint_and_shows_as_pruned(pruned_sw
     assert "1 completed, 1 pruned" in (pruned_sweep / "summary.md").read_text()
 
 
+def test_eval_and_export_of_a_pruned_trial_do_not_call_it_unfinished(pruned_sweep, make_cfg, caplog):
+    """A pruned trial ends at its pruned step, without results.json (docs/sweeps.md: 'so eval.py run_dir=<job> works
+    on it'): eval.py and export.py warned that it had not finished and said to train it to its end."""
+    from zoo.evaluate import evaluate
+    from zoo.export.artifact import export
+
+    run_dir = next(p for p in pruned_sweep.iterdir() if (p / "failure.json").is_file())
+    with caplog.at_level("WARNING", logger="zoo"):
+        assert evaluate(make_cfg(f"run_dir={run_dir}", config_name="eval"))["step"] == 10
+        assert export(make_cfg(f"run_dir={run_dir}", config_name="export"))["step"] == 10
+    assert "has not finished" not in caplog.text
+
+
 def test_the_dashboard_shows_the_study(pruned_sweep):
     import socket
     import time
