@@ -504,6 +504,13 @@ def complete_despite_sigterm() -> None:
         signal.signal(signal.SIGTERM, _exit_complete)
 
 
+def discard_stdout() -> None:
+    """After a write to stdout failed (a full disk behind `>`, a closed pipe): what it still buffers would fail again
+    as Python exits, printing a second report about it after the command's one sentence."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor of its own (a test capturing it)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 @contextlib.contextmanager
 def written_whole():
     """Around the write that completes a command that reads runs (eval.py's results, export.py's swap of export/,

@@ -1,13 +1,12 @@
 """evaluate(cfg): rebuild a finished run from its checkpoint's saved config and run the exact eval loop."""
 import logging
 import os
-import sys
 
 import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
-from zoo.cli import in_use_now, launch_dir_path, require_dir, unwritable_reason, written_whole
+from zoo.cli import discard_stdout, in_use_now, launch_dir_path, require_dir, unwritable_reason, written_whole
 from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
                         validate_placement)
 from zoo.errors import UserError
@@ -403,8 +402,7 @@ def _evaluate(cfg: DictConfig) -> dict:
         try:
             print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}", flush=True)
         except OSError as e:  # `> m.txt` on a full disk, a closed pipe: the results are in the run all the same
-            # what stdout still buffers would fail again as Python exits, printing a second report about it
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            discard_stdout()
             raise UserError(f"the metrics could not be printed to stdout ({e.strerror or e}); they are written to "
                             f"{path}.") from None
         log.info("wrote %s", path)

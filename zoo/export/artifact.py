@@ -12,7 +12,6 @@ import platform
 import re
 import shutil
 import socket
-import sys
 import tempfile
 from importlib import metadata
 
@@ -20,7 +19,7 @@ import numpy as np
 from flax import nnx
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import launch_dir_path, written_whole
+from zoo.cli import discard_stdout, launch_dir_path, written_whole
 from zoo.errors import UserError
 from zoo.ema import with_averaged_params
 from zoo.evaluate import restore_run, warn_if_unfinished
@@ -262,8 +261,7 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
             print(f"exported step {step} to {out_dir} (model.jax, signature.json); test: "
                   f"{metric_summary(test_metrics)}", flush=True)
         except OSError as e:  # `> log.txt` on a full disk, a closed pipe: the export is in place all the same
-            # what stdout still buffers would fail again as Python exits, printing a second report about it
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            discard_stdout()
             raise UserError(f"export.py's line could not be printed to stdout ({e.strerror or e}); the export of step "
                             f"{step} is written to {out_dir}.") from None
     return {"step": step, "path": out_dir, "signature": signature, "objective": None}

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import launch_dir_path, require_dir, written_whole
+from zoo.cli import discard_stdout, launch_dir_path, require_dir, written_whole
 from zoo.errors import UserError
 from zoo.files import load_json, write_text
 from zoo.run_dirs import (a_commands_own_directory, a_folder_of_commands, a_multiruns_directory, export_origin,
@@ -330,8 +330,7 @@ def predict(cfg: DictConfig) -> dict:
                 sys.stdout.write(text)
                 sys.stdout.flush()
         except OSError as e:  # `> p.csv` on a full disk, a closed pipe: as output= on that disk, one sentence
-            # what stdout still buffers would fail again as Python exits, printing a second report about it
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            discard_stdout()
             raise UserError(f"the predictions could not all be written to stdout ({e.strerror or e}), so what it "
                             "received is incomplete; pass output=FILE.csv to write them to a file, written whole or "
                             "not at all.") from None
