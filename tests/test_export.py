@@ -1149,6 +1149,18 @@ def test_export_to_a_stdout_that_cannot_take_its_line_is_one_sentence(make_cfg, 
         ("model.jax", "signature.json"))
 
 
+def test_a_results_json_that_holds_no_record_is_read_as_a_damaged_one(exported_run, make_cfg, tmp_path, capsys):
+    """results.json holding JSON that is not an object (`[6]`, a hand edit or a damaged write) ended export.py and
+    predict.py in the traceback of AttributeError: 'list' object has no attribute 'get'; eval.py went on."""
+    run = tmp_path / "run"
+    shutil.copytree(exported_run[0], run)
+    (run / "results.json").write_text("[6]")
+    np.save(tmp_path / "x.npy", raw_inputs(exported_run[1], 2))
+    predict(predict_cfg(f"run_dir={run}", f"input={tmp_path / 'x.npy'}"))
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert export(make_cfg(f"run_dir={run}", config_name="export"))["signature"]["checkpoint"]["run_steps"] == 6
+
+
 def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_path, data_dir):
     """Each job of `export.py -m run_dir=R checkpoint=best,latest` wrote R's one export/ over the last job's: only
     the last checkpoint's export was left."""

@@ -25,12 +25,14 @@ def write_text(path: str, text: str) -> None:
 
 
 def load_json(path: str):
-    """The JSON record at `path`, or None when it is missing or unreadable (e.g. cut short)."""
+    """The JSON record (an object) at `path`, or None when it is missing or unreadable (e.g. cut short), or holds
+    something else (`[6]`), which every reader's `.get` would fail on."""
     try:
         with open(path) as f:
-            return json.load(f)
+            record = json.load(f)
     except (OSError, ValueError):
         return None
+    return record if isinstance(record, dict) else None
 
 
 def write_json(path: str, record) -> None:
