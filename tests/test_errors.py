@@ -97,6 +97,8 @@ BAD_VALUES = [
                                r"gelu, .*\), got 'relux'\."),
     ("model.activation=glu", r"model\.activation must name an elementwise activation of jax\.nn .*got 'glu'\."),
     ("model=cnn model.channels=[]", r"model\.channels must be a non-empty list of positive channel counts"),
+    ("model=cnn model.batch_norm=null", r"model\.batch_norm must be true or false, got None\."),
+    ("model=cnn model.batch_norm=yes", r"model\.batch_norm must be true or false, got 'yes'\."),
     ("model=cnn dataset=diabetes", r"model=cnn cannot be built for dataset=diabetes \(inputs \(10,\)\): .*"
                                    r"model=linear and model=mlp take any input\."),
     ("dataset.num_classes=1", r"dataset\.num_classes must be an integer >= 2 for classification, got 1\."),

@@ -115,7 +115,7 @@ def check_arguments(node: DictConfig, where: str, set_by_zoo: dict) -> None:
             raise UserError(f"{where}.{key} is not a parameter of {target}; remove it or fix its spelling "
                             f"({f'its parameters: {names}' if names else 'it takes none'}).")
         kind, ok = _kind(parameters[key]), True
-        if value is not None and kind == "bool":
+        if kind == "bool":  # null too: a flag is on or off (batch_norm=null trained without BatchNorm, unsaid)
             ok = isinstance(value, bool)
         elif value is not None and kind == "number":
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
