@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from conftest import CONF
 from zoo.errors import RunRefused, UserError
+from zoo.loop import TrialPruned
 from zoo.sweeps import trial_link
 from zoo.sweeps.config import GridSamplerConfig, MedianPrunerConfig, TPESamplerConfig
 from zoo.sweeps import optuna_sweeper
@@ -148,6 +149,34 @@ def test_a_failed_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_pa
     assert all(t.params["trainer.batch_size"] == 64 for t in failed)
     assert {t.user_attrs["fail_reason"] for t in failed} == {"FloatingPointError: loss diverged"}
 
+
+
+def test_a_sweep_whose_every_trial_failed_exits_with_the_first_ones_reason(tmp_path):
+    """With max_failure_rate 1.0 (the presets') a failed trial does not stop the sweep; but a command whose every
+    trial failed learnt nothing, and exiting 0 would tell a script it had: it ends in one sentence giving the first
+    failure's reason (which names its setting), after running them all."""
+    def objective(params):
+        raise UserError("trainer.batch_size=32 does not split evenly across 3 devices; use 30 or 33.")
+
+    launcher = RecordingLauncher(objective)
+    with pytest.raises(UserError, match=r"^every one of the 3 trials this command ran failed \(trial 0: UserError: "
+                                        r"trainer\.batch_size=32 does not split evenly across 3 devices; use 30 or "
+                                        r"33\); the sweep summary lists each one's reason\.$"):
+        make_sweep(tmp_path, launcher, n_trials=3, max_failure_rate=1.0).sweep([])
+    assert len(launcher.calls) == 3  # all of them ran
+    assert OmegaConf.load(tmp_path / "optimization_results.yaml").n_trials == 3
+
+    calls = []
+
+    def failed_then_pruned(params):  # a pruned trial ended as its pruner decided: not every trial failed
+        calls.append(params)
+        if len(calls) == 1:
+            raise FloatingPointError("loss diverged")
+        raise TrialPruned("pruned at step 100")
+
+    study = make_sweep(tmp_path / "pruned", RecordingLauncher(failed_then_pruned), n_trials=3,
+                       max_failure_rate=1.0).sweep([])
+    assert [t.state.name for t in study.trials] == ["FAIL", "PRUNED", "PRUNED"]
 
 
 def test_a_batch_failing_past_max_failure_rate_stops_the_sweep_in_one_sentence_naming_it(tmp_path):

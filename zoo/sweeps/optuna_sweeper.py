@@ -228,6 +228,7 @@ class OptunaSweep:
         import optuna
 
         self.directions = objective_directions(self.config, self.directions)
+        self.ran, self.failures = 0, []  # this command's trials, and (trial, error) of those that failed
         if self.pruner_cfg is not None and len(self.directions) > 1:
             raise UserError("Optuna cannot prune a multi-objective study; drop hydra/sweeper/pruner or use one "
                             "direction.")
@@ -271,6 +272,10 @@ class OptunaSweep:
             n_trials -= len(trials)
         # a grid with no point left to run leaves multirun.yaml as it was: no job ran this command's plan
         self._write_results(study, optuna)
+        if self.ran and len(self.failures) == self.ran:  # none completed or was pruned: exit 0 would say it learnt
+            trial, error = self.failures[0]
+            raise UserError(f"every one of the {self.ran} trials this command ran failed (trial {trial.number}: "
+                            f"{_reason(error).rstrip('.')}); the sweep summary lists each one's reason.") from error
         return study
 
     def _refuse_a_lost_study(self) -> None:
@@ -360,11 +365,12 @@ class OptunaSweep:
             raise
         failed = [(t, e) for t, e in ((t, self._tell(study, t, ret, optuna, continued=t.number in job_dirs))
                                       for t, ret in zip(trials, returns)) if e]
+        self.ran += len(returns)
+        self.failures += failed
         if len(failed) > self.max_failure_rate * len(returns):
             # the last line names the setting that stopped the sweep, not only the first failed trial's reason
             trial, error = failed[0]
-            # a UserError's sentence whole: its last words say what to change
-            reason = f"{type(error).__name__}: {error}" if isinstance(error, UserError) else brief(error)
+            reason = _reason(error)
             outcome = "stays stopped" if trial.number in job_dirs and isinstance(error, RunRefused) else "failed"
             # the best so far, as a sweep that ran its n_trials writes it (it wrote none, the trials' results only
             # in the study and their run dirs)
@@ -525,6 +531,11 @@ class OptunaSweep:
             log.info("Pareto front: %d trials", len(study.best_trials))
         OmegaConf.save(OmegaConf.create(results), self._results_path())
         return len(done)
+
+
+def _reason(error: BaseException) -> str:
+    """A failed trial's reason: a UserError's sentence whole (its last words say what to change), else in brief."""
+    return f"{type(error).__name__}: {error}" if isinstance(error, UserError) else brief(error)
 
 
 def _check_same_choices(study, distributions: dict) -> None:
