@@ -366,8 +366,8 @@ def warn_if_unfinished(cfg: DictConfig, step: int, meta: dict, verb: str = "eval
     evaluated (or exported) was printed as any other, as if it were the run's final state."""
     if cfg.checkpoint != "final" or os.path.exists(os.path.join(cfg.run_dir, "results.json")):
         return
-    failure = load_json(os.path.join(cfg.run_dir, "failure.json"))
-    if isinstance(failure, dict) and failure.get("status") == "pruned":  # it ended there: its step is its final state
+    failure = load_json(os.path.join(cfg.run_dir, "failure.json")) or {}
+    if failure.get("status") == "pruned":  # it ended there: its step is its final state
         return
     early = (meta["config"]["trainer"].get("early_stopping") or {}).get("patience") is not None
     chosen = "its best checkpoint so far" if early else "its newest checkpoint"

@@ -15,13 +15,19 @@ from zoo.errors import UserError
 from zoo.targets import raise_a_stop_it_hid, safe_instantiate, target_parameters
 
 
+def no_periodic_eval(trainer, total_steps: int) -> bool:
+    """Early stopping is on, and trainer.eval_every gives no eval before the run's last step (the final eval,
+    which it does not count)."""
+    return trainer.early_stopping.patience is not None and trainer.eval_every >= total_steps
+
+
 def check_run_length(cfg, total_steps: int, steps_per_epoch: int) -> None:
     """Accumulation must end on an update: trailing micro-batches would be averaged and never applied. Early
     stopping needs periodic evals before the run's end, or it could neither stop the run nor choose a best
     checkpoint: the eval due at the last step is the final one, which it does not count (a patience of more evals
     than the run has is fine: it reports the best checkpoint without stopping)."""
     every = cfg.trainer.eval_every
-    if cfg.trainer.early_stopping.patience is not None and every >= total_steps:
+    if no_periodic_eval(cfg.trainer, total_steps):
         # no eval_every is lower than 1: a one-step run has no periodic eval at all
         remedy = ("lower trainer.eval_every" if total_steps > 1 else "train more than one step (trainer.max_steps, "
                   "trainer.epochs) or leave out trainer.early_stopping.patience")

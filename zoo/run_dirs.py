@@ -16,17 +16,14 @@ def holds_training_run(path: str) -> bool:
 def holds_steps(checkpoints: str) -> bool:
     """Whether a run's checkpoints/ holds a step's folder (named by its number), read without opening it: a run
     refused before its first step leaves it empty."""
-    try:
-        return any(name.isdigit() for name in os.listdir(checkpoints))
-    except OSError:  # none (checkpoint.enabled=false) or unreadable
-        return False
+    return newest_step(checkpoints) is not None
 
 
 def newest_step(checkpoints: str):
     """The largest step a run's checkpoints/ holds a folder of (read without opening it), else None."""
     try:
         return max((int(name) for name in os.listdir(checkpoints) if name.isdigit()), default=None)
-    except OSError:
+    except OSError:  # none (checkpoint.enabled=false) or unreadable
         return None
 
 

@@ -8,6 +8,7 @@ from typing import Optional
 from flax import nnx
 
 from zoo.errors import UserError
+from zoo.optim import no_periodic_eval
 from zoo.privacy.gradients import make_private_gradients
 from zoo.privacy.sampling import PoissonStream, chunk_bounds, max_batch_size
 
@@ -96,8 +97,8 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
             raise UserError(f"privacy.target_epsilon={p.target_epsilon} is spent before the first of "
                             f"trainer.accumulate={cfg.trainer.accumulate} micro-batches completes an update; raise "
                             "privacy.target_epsilon or privacy.noise_multiplier.")
-        every = cfg.trainer.eval_every  # checked against the planned steps (zoo.optim.check_run_length): fewer now
-        if cfg.trainer.early_stopping.patience is not None and every >= total_steps:
+        every = cfg.trainer.eval_every
+        if no_periodic_eval(cfg.trainer, total_steps):  # checked for the planned steps (check_run_length): fewer now
             lower = "lower trainer.eval_every, or " if total_steps > 1 else ""
             raise UserError(f"privacy.target_epsilon={p.target_epsilon} ends the run at step {total_steps} "
                             f"(privacy.noise_multiplier={sigma}), before trainer.eval_every={every} gives "

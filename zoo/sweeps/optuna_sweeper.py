@@ -117,7 +117,7 @@ def _check_searched_keys(config, space, params) -> None:
             continue  # a setting it has; or no settings node there, of which Hydra's own message says more
         chosen = group in choices and parent == group  # a config group's option: another option may have it
         owner = f"{group}={choices[group]}" if chosen else parent
-        settings = ", ".join(k for k in node if not str(k).startswith("_")) or "none"  # model=linear has none
+        settings = _settings_of(node)
         origin = "hydra.sweeper.params" if key in (params or {}) else "the command line"
         raise UserError(f"the sweep searches {key} ({origin}), which {owner} does not have (its settings: {settings}); "
                         f"{f'choose another {group}, or ' if chosen else ''}search settings it has.")
@@ -327,7 +327,7 @@ class OptunaSweep:
                     parent, _, name = key.rpartition(".")
                     node = OmegaConf.select(cfg, parent, default=None)
                     if isinstance(node, DictConfig) and name not in node.keys():
-                        settings = ", ".join(k for k in node if not str(k).startswith("_")) or "none"
+                        settings = _settings_of(node)
                         origin = "hydra.sweeper.params" if key in (self.params or {}) else "the command line"
                         verb = "searches" if key in space.distributions else "sets"
                         raise UserError(f"the sweep {verb} {key} ({origin}), which {group}={option}, one of the "
@@ -531,6 +531,12 @@ class OptunaSweep:
             log.info("Pareto front: %d trials", len(study.best_trials))
         OmegaConf.save(OmegaConf.create(results), self._results_path())
         return len(done)
+
+
+def _settings_of(node) -> str:
+    """'channels, dense, ...': the settings a config node has, Hydra's own (_target_) left out; 'none' for
+    model=linear's."""
+    return ", ".join(k for k in node if not str(k).startswith("_")) or "none"
 
 
 def _reason(error: BaseException) -> str:
