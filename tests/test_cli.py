@@ -1,4 +1,4 @@
-"""The commands a user types, as real subprocesses: exit codes, messages, signals, kill -9."""
+"""The commands a user types, each a process of its own (tests/commands.py): exit codes, messages, signals, kill -9."""
 import json
 import os
 import re
@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+import commands
 from conftest import ROOT, subprocess_env
 from zoo.checkpoint import Checkpoints
 from zoo.train import build, train
@@ -21,12 +22,12 @@ TINY = ["model.hidden=[32]", "model.dropout=0.0", "trainer.batch_size=16", "trai
 
 
 def run(args, data_dir, timeout=120, script="train.py"):
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=subprocess_env(data_dir),
+    return commands.run([sys.executable, script, *args], cwd=ROOT, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=timeout)
 
 
 def start(args, data_dir):
-    return subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+    return commands.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -378,7 +379,7 @@ runpy.run_path("train.py", run_name="__main__")
 def test_kill_9_during_a_save_leaves_only_complete_checkpoints(data_dir, make_cfg, tmp_path):
     args = [*TINY, "trainer.max_steps=12", "trainer.log_every=1", "trainer.checkpoint_every=1",
             "checkpoint.keep=1000", f"hydra.run.dir={tmp_path / 'run'}"]
-    killed = subprocess.run([sys.executable, "-c", KILL_IN_SAVE, *args], cwd=ROOT, capture_output=True, text=True,
+    killed = commands.run([sys.executable, "-c", KILL_IN_SAVE, *args], cwd=ROOT, capture_output=True, text=True,
                             env={**subprocess_env(data_dir), "KILL_AT": "7"}, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     checkpoints = tmp_path / "run" / "checkpoints"
@@ -487,7 +488,7 @@ def test_a_paths_output_dir_in_use_by_another_command_is_refused(data_dir, tmp_p
 
 def test_an_empty_paths_output_dir_is_one_sentence_and_writes_nothing(data_dir, tmp_path):
     """It was a FileNotFoundError traceback (exit 1), after an empty checkpoints/ was made in the working dir."""
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "debug=smoke", "paths.output_dir=",
+    done = commands.run([sys.executable, str(ROOT / "train.py"), "debug=smoke", "paths.output_dir=",
                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
@@ -534,7 +535,7 @@ def test_a_relative_path_is_the_users_own_with_hydra_job_chdir(data_dir, make_cf
     user meant, and then wrote its export/ from there."""
     train(make_cfg("debug=smoke", out="source"))
     extra = ["debug=smoke", "trainer.max_steps=8"] if script == "train.py" else []
-    done = subprocess.run([sys.executable, str(ROOT / script), *extra, path_setting, "hydra.run.dir=new",
+    done = commands.run([sys.executable, str(ROOT / script), *extra, path_setting, "hydra.run.dir=new",
                            "hydra.job.chdir=true"], cwd=tmp_path, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -572,12 +573,12 @@ def test_a_populations_members_hold_their_paths_output_dir_while_the_group_train
 def test_a_relative_paths_data_dir_is_the_users_own_with_hydra_job_chdir(data_dir, tmp_path):
     """With hydra.job.chdir=true a relative paths.data_dir was read inside the run directory: a fresh, empty
     data dir there, the user's own left unread. eval.py reads the dataset the same way."""
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "debug=smoke", "paths.data_dir=data",
+    done = commands.run([sys.executable, str(ROOT / "train.py"), "debug=smoke", "paths.data_dir=data",
                            "hydra.run.dir=new", "hydra.job.chdir=true"], cwd=tmp_path, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "data" / "zoo_digits").is_dir() and not (tmp_path / "new" / "data").exists()
-    evaluated = subprocess.run([sys.executable, str(ROOT / "eval.py"), "run_dir=new", "paths.data_dir=data",
+    evaluated = commands.run([sys.executable, str(ROOT / "eval.py"), "run_dir=new", "paths.data_dir=data",
                                 "hydra.run.dir=new-eval", "hydra.job.chdir=true"], cwd=tmp_path,
                                env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
@@ -774,7 +775,7 @@ def test_a_run_dir_and_predict_paths_beginning_with_tilde_are_under_home(data_di
     for script, args in [("eval.py", [f"hydra.run.dir={tmp_path / 'e'}"]),
                          ("export.py", [f"hydra.run.dir={tmp_path / 'x'}"]),
                          ("predict.py", ['input="~/x.npy"', 'output="~/p.csv"'])]:
-        done = subprocess.run([sys.executable, script, 'run_dir="~/run"', *args], cwd=ROOT, env=home,
+        done = commands.run([sys.executable, script, 'run_dir="~/run"', *args], cwd=ROOT, env=home,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "run" / "eval" / "test-6.json").is_file()

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+import commands
 from conftest import ROOT, subprocess_env
 from zoo.train import train
 
@@ -29,7 +30,7 @@ def start_two(script: str, args: list, data_dir, cpu_devices=(2, 2), stderr=subp
     """`script` started as processes 0 and 1 of one jax.distributed group; their stderr into their stdout unless
     `stderr` says otherwise."""
     port = free_port()
-    return [subprocess.Popen(
+    return [commands.Popen(
         [sys.executable, script, *args, f"parallel.cpu_devices={cpu_devices[i]}", "distributed=explicit",
          f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
          f"distributed.process_id={i}"],
@@ -85,7 +86,7 @@ def test_a_two_process_eval_prints_its_result_alone_on_stdout(data_dir, make_cfg
 
 def run_alone(data_dir, tmp_path, port: int, process_id: int) -> subprocess.CompletedProcess:
     """train.py as process `process_id` of two, with no other process started."""
-    return subprocess.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=explicit",
+    return commands.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=explicit",
                            f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
                            f"distributed.process_id={process_id}", "distributed.timeout_s=3",
                            f"hydra.run.dir={tmp_path / 'run'}"],
@@ -124,7 +125,7 @@ def test_a_cluster_task_whose_peers_never_join_ends_in_one_sentence(data_dir, tm
     """distributed=auto as task 1 of 2 of a SLURM job whose task 0 never starts."""
     slurm = dict(SLURM_JOB_ID="12345", SLURM_STEP_NODELIST="localhost", SLURM_NTASKS="2", SLURM_PROCID="1",
                  SLURM_LOCALID="0", SLURM_STEP_NUM_NODES="1", SLURM_STEP_TASKS_PER_NODE="2")
-    done = subprocess.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=auto",
+    done = commands.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=auto",
                            "distributed.timeout_s=3", f"hydra.run.dir={tmp_path / 'run'}"],
                           cwd=ROOT, env={**subprocess_env(data_dir), **slurm}, capture_output=True, text=True,
                           timeout=120)
@@ -137,7 +138,7 @@ def test_a_cluster_task_whose_peers_never_join_ends_in_one_sentence(data_dir, tm
 def test_a_timeout_beyond_what_jax_takes_waits_as_long_as_it_can(data_dir, tmp_path):
     """JAX takes the timeout as a C int: distributed.timeout_s=30000000000 (950 years) was refused in nanobind's list
     of get_distributed_runtime_client's signatures, with advice to check the three other distributed settings."""
-    done = subprocess.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=explicit",
+    done = commands.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=explicit",
                            f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=1",
                            "distributed.process_id=0", "distributed.timeout_s=30000000000",
                            f"hydra.run.dir={tmp_path / 'run'}"],
@@ -150,7 +151,7 @@ def test_a_multiruns_jobs_after_one_whose_peers_never_joined_fail_with_its_sente
     """The jobs of a multirun share one process, and JAX's client: the next job found it set (never connected),
     skipped joining and failed in a RuntimeError from the CPU backend, which could not reach the coordinator."""
     sweep = tmp_path / "sweep"
-    subprocess.run([sys.executable, "train.py", "-m", "debug=smoke", "parallel=sharded", "distributed=explicit",
+    commands.run([sys.executable, "train.py", "-m", "debug=smoke", "parallel=sharded", "distributed=explicit",
                     f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2",
                     "distributed.process_id=1", "distributed.timeout_s=3", "seed=0,1", f"hydra.sweep.dir={sweep}"],
                    cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
@@ -207,7 +208,7 @@ def test_a_dataset_process_1_cannot_load_ends_process_0_in_one_sentence(data_dir
     args = ["train.py", "debug=smoke", "model=linear", "dataset=diabetes", "parallel=sharded", "parallel.cpu_devices=1",
             "distributed=explicit", f"distributed.coordinator_address=localhost:{free_port()}",
             "distributed.num_processes=2", f"hydra.run.dir={tmp_path / 'run'}"]
-    procs = [subprocess.Popen([sys.executable, *args, f"distributed.process_id={i}", f"paths.data_dir={where}"],
+    procs = [commands.Popen([sys.executable, *args, f"distributed.process_id={i}", f"paths.data_dir={where}"],
                               cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
              for i, where in enumerate([data_dir, blocker])]
@@ -226,7 +227,7 @@ def two_with(data_dir, args: list, each: list, script: str = "train.py") -> list
     """`script` as processes 0 and 1, with `args` and each its own `each[i]`; their outputs, once both exited 2."""
     args = [script, *args, "parallel=sharded", "parallel.cpu_devices=1", "distributed=explicit",
             f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2"]
-    procs = [subprocess.Popen([sys.executable, *args, *each[i], f"distributed.process_id={i}"], cwd=ROOT,
+    procs = [commands.Popen([sys.executable, *args, *each[i], f"distributed.process_id={i}"], cwd=ROOT,
                               env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
     try:
@@ -305,7 +306,7 @@ def test_a_process_lost_mid_run_ends_the_other_in_one_sentence_with_its_checkpoi
 def start_told(counts: list, run_dir, data_dir, *extra) -> list:
     """Processes 0, 1, ... of one run, on one free port, process i told distributed.num_processes=counts[i]."""
     port = free_port()
-    return [subprocess.Popen([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1",
+    return [commands.Popen([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "parallel.cpu_devices=1",
                               "distributed=explicit", f"distributed.coordinator_address=localhost:{port}",
                               f"distributed.num_processes={n}", f"distributed.process_id={i}", *extra,
                               f"hydra.run.dir={run_dir}"],
@@ -352,7 +353,7 @@ def test_a_process_id_given_twice_is_refused_in_one_sentence_and_the_run_goes_on
         wait_for_lines(run_dir / "metrics.jsonl", 5, procs[0])
         port = procs[0].args[-3].rpartition(":")[2]
         for process_id in (1, 0):
-            done = subprocess.run([sys.executable, "train.py", *args, "parallel.cpu_devices=2", "distributed=explicit",
+            done = commands.run([sys.executable, "train.py", *args, "parallel.cpu_devices=2", "distributed=explicit",
                                    f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
                                    f"distributed.process_id={process_id}"],
                                   cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)

@@ -13,7 +13,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 
 import jax
@@ -22,6 +21,7 @@ import orbax.checkpoint as ocp
 import pytest
 from hydra.errors import ConfigCompositionException
 
+import commands
 from conftest import ROOT, subprocess_env
 import zoo.cli
 from zoo.checkpoint import Checkpoints
@@ -37,7 +37,7 @@ CALLBACK = "++hydra.callbacks.run_dir_check._target_=zoo.cli.RunDirCheck"  # the
 
 
 def run(args, data_dir, script="train.py"):
-    return subprocess.run([sys.executable, str(script), *args], cwd=ROOT, env=subprocess_env(data_dir),
+    return commands.run([sys.executable, str(script), *args], cwd=ROOT, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=180)
 
 
@@ -301,7 +301,7 @@ def test_distributed_auto_outside_a_cluster_says_so_and_names_distributed_explic
     """It said to check distributed.coordinator_address, num_processes and process_id, which distributed=auto
     refuses: it reads the processes from a cluster's environment, and there was none."""
     env = {k: v for k, v in subprocess_env(data_dir).items() if not k.startswith(("SLURM_", "OMPI_"))}
-    done = subprocess.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=auto",
+    done = commands.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=auto",
                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=180)
     assert_one_sentence(done, 2, "error: jax.distributed could not start with distributed=auto (")
@@ -1566,7 +1566,7 @@ def test_hydra_full_error_shows_the_traceback_of_a_tasks_refusal_only(data_dir, 
     """As docs/errors.md says: a task's sentence (a value out of range) becomes its traceback, exit 1; a refusal of
     the command line before Hydra starts (a value of the wrong type) stays one sentence, exit 2."""
     env = dict(subprocess_env(data_dir), HYDRA_FULL_ERROR="1")
-    task, line = (subprocess.run([sys.executable, "train.py", "debug=smoke", override, f"hydra.run.dir={tmp_path / d}"],
+    task, line = (commands.run([sys.executable, "train.py", "debug=smoke", override, f"hydra.run.dir={tmp_path / d}"],
                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
                   for override, d in [("optimizer.learning_rate=0", "a"), ("trainer.epochs=three", "b")])
     assert task.returncode == 1 and "Traceback" in task.stderr, task.stderr

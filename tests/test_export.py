@@ -15,6 +15,7 @@ import pytest
 from flax import nnx
 from hydra import compose, initialize_config_dir
 
+import commands
 from conftest import CONF, ROOT, subprocess_env
 from zoo.data import read_splits
 from zoo.ema import with_averaged_params
@@ -128,7 +129,7 @@ def test_the_readme_serving_example_runs_with_only_jax_and_numpy(exported_run, t
     np.save(tmp_path / "new_digits.npy", x)
     script = tmp_path / "serve.py"
     script.write_text(readme_serving_example() + "\nassert 'flax' not in sys.modules and 'zoo' not in sys.modules\n")
-    done = subprocess.run([sys.executable, str(script), str(run_dir), str(tmp_path / "new_digits.npy")],
+    done = commands.run([sys.executable, str(script), str(run_dir), str(tmp_path / "new_digits.npy")],
                           cwd=tmp_path, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     expected = np.argmax(load_exported(run_dir).call(x)["probabilities"], -1)
@@ -260,7 +261,7 @@ def test_predict_names_output_when_a_directory_that_looked_writable_refuses_the_
 def test_predict_command_prints_only_predictions(exported_run, tmp_path, data_dir):
     run_dir, cfg = exported_run
     np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
-    done = subprocess.run([sys.executable, "predict.py", f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}"],
+    done = commands.run([sys.executable, "predict.py", f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}"],
                           cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith("class,probability_0") and len(done.stdout.splitlines()) == 4
@@ -712,7 +713,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def signalled_at(target: str, signum: int, script: str, args: list, data_dir: str):
     """`python script args` sent `signum` as it first calls `target` (module:function)."""
-    return subprocess.run([sys.executable, "-c", SIGNAL_AT, target, str(int(signum)), script, *args], cwd=ROOT,
+    return commands.run([sys.executable, "-c", SIGNAL_AT, target, str(int(signum)), script, *args], cwd=ROOT,
                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
 
 
@@ -794,7 +795,7 @@ def test_only_the_staging_directories_of_exports_no_longer_running_here_are_remo
     where export/ is missing); a running export's, another machine's and any other name stay."""
     import socket
 
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = commands.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead, host = int(gone.stdout), socket.gethostname()
     run = tmp_path / "run"
     kept = [f".export-{host}-{os.getppid()}-abcd1234", f".export-elsewhere-{dead}-abcd1234", ".export-mine",
@@ -820,7 +821,7 @@ def test_eval_and_export_take_a_pinned_version_of_the_runs_dataset(exported_run,
 
     def command(*args):  # each command's own log dir under tmp_path, not the checkout's outputs/
         own = tmp_path / f"command-{len(list(tmp_path.glob('command-*')))}"
-        return subprocess.run([sys.executable, script, f"run_dir={run}", *args, f"hydra.run.dir={own}"], cwd=ROOT,
+        return commands.run([sys.executable, script, f"run_dir={run}", *args, f"hydra.run.dir={own}"], cwd=ROOT,
                               capture_output=True, text=True, env=subprocess_env(data_dir), timeout=120)
 
     pinned = command("dataset.tfds_name=zoo_digits:1.0.0")  # taken, and read as train.py reads it
@@ -936,7 +937,7 @@ def test_predict_reads_and_writes_relative_paths_where_it_was_run_with_hydra_job
     run_dir, cfg = exported_run
     shutil.copytree(run_dir / "export", tmp_path / "run" / "export")
     np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
-    done = subprocess.run([sys.executable, str(ROOT / "predict.py"), "run_dir=run", "input=x.npy", "output=p.csv",
+    done = commands.run([sys.executable, str(ROOT / "predict.py"), "run_dir=run", "input=x.npy", "output=p.csv",
                            "hydra.run.dir=new", "hydra.job.chdir=true"], cwd=tmp_path, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -952,7 +953,7 @@ def test_paths_hydras_grammar_reads_only_quoted_are_read_as_typed(exported_run, 
     home = dict(subprocess_env(data_dir), HOME=str(tmp_path))
     for script, args in [("export.py", ["run_dir=~/run (1)", f"hydra.run.dir={tmp_path / 'x'}"]),
                          ("predict.py", ["run_dir=~/run (1)", "input=~/données.npy", "output=~/p (1).csv"])]:
-        done = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=home, capture_output=True, text=True,
+        done = commands.run([sys.executable, script, *args], cwd=ROOT, env=home, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
     assert len((tmp_path / "p (1).csv").read_text().splitlines()) == 4
@@ -975,7 +976,7 @@ def test_predict_writes_through_an_output_that_is_a_link_or_a_pipe(exported_run,
     predict(predict_cfg(*run, f"output={tmp_path / 'latest.csv'}"))
     assert (tmp_path / "latest.csv").is_symlink() and (tmp_path / "kept" / "p.csv").read_text() == printed
     os.mkfifo(tmp_path / "pipe")
-    reader = subprocess.Popen(["cat", str(tmp_path / "pipe")], stdout=subprocess.PIPE, text=True)
+    reader = commands.Popen(["cat", str(tmp_path / "pipe")], stdout=subprocess.PIPE, text=True)
     try:
         predict(predict_cfg(*run, f"output={tmp_path / 'pipe'}"))
         received, _ = reader.communicate(timeout=30)
@@ -991,7 +992,7 @@ def test_predict_refuses_a_multirun_in_one_sentence(exported_run, tmp_path, data
     and left multirun/<date>/<time>/ where predict.py leaves no directory."""
     np.save(tmp_path / "a.npy", raw_inputs(exported_run[1], 2))
     np.save(tmp_path / "b.npy", raw_inputs(exported_run[1], 3))
-    done = subprocess.run([sys.executable, str(ROOT / "predict.py"), "-m", f"run_dir={exported_run[0]}",
+    done = commands.run([sys.executable, str(ROOT / "predict.py"), "-m", f"run_dir={exported_run[0]}",
                            "input=a.npy,b.npy", "output=p.csv"], cwd=tmp_path, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr == (
@@ -1092,7 +1093,7 @@ def test_predict_refuses_a_setting_of_export_in_one_sentence(exported_run, tmp_p
     ended in Hydra's 'Could not override' and its hint to append it, exit 1, and the appended form in 'checkpoint is
     not a setting; remove it or fix its spelling', as if it were misspelt."""
     np.save(tmp_path / "x.npy", raw_inputs(exported_run[1], 2))
-    done = subprocess.run([sys.executable, str(ROOT / "predict.py"), f"run_dir={exported_run[0]}", "input=x.npy",
+    done = commands.run([sys.executable, str(ROOT / "predict.py"), f"run_dir={exported_run[0]}", "input=x.npy",
                            setting], cwd=tmp_path, env=subprocess_env(data_dir), capture_output=True, text=True,
                           timeout=120)
     plain = setting.lstrip("+")
@@ -1108,7 +1109,7 @@ def test_predict_to_a_stdout_that_cannot_take_it_is_one_sentence(exported_run, t
     OSError: [Errno 28] No space left on device, exit 1, where output=p.csv on that disk is one sentence."""
     np.save(tmp_path / "x.npy", raw_inputs(exported_run[1], 2))
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, str(ROOT / "predict.py"), f"run_dir={exported_run[0]}", "input=x.npy"],
+        done = commands.run([sys.executable, str(ROOT / "predict.py"), f"run_dir={exported_run[0]}", "input=x.npy"],
                               cwd=tmp_path, env=subprocess_env(data_dir), stdout=full, stderr=subprocess.PIPE,
                               text=True, timeout=120)
     assert done.returncode == 2 and done.stderr == (
@@ -1122,7 +1123,7 @@ def test_eval_to_a_stdout_that_cannot_take_it_is_one_sentence(exported_run, tmp_
     did not say that the results were written to the run's eval/ all the same."""
     run_dir = exported_run[0]
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, str(ROOT / "eval.py"), f"run_dir={run_dir}",
+        done = commands.run([sys.executable, str(ROOT / "eval.py"), f"run_dir={run_dir}",
                                f"hydra.run.dir={tmp_path / 'eval'}"], cwd=tmp_path, env=subprocess_env(data_dir),
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     written = sorted((run_dir / "eval").glob("test-*.json"))
@@ -1139,7 +1140,7 @@ def test_export_to_a_stdout_that_cannot_take_its_line_is_one_sentence(make_cfg, 
     train(make_cfg("debug=smoke", "model.hidden=[8]"))
     run = tmp_path / "run"
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, str(ROOT / "export.py"), f"run_dir={run}",
+        done = commands.run([sys.executable, str(ROOT / "export.py"), f"run_dir={run}",
                                f"hydra.run.dir={tmp_path / 'export-log'}"], cwd=tmp_path, env=subprocess_env(data_dir),
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.endswith(
@@ -1166,7 +1167,7 @@ def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_
     the last checkpoint's export was left."""
     run_dir, _ = exported_run
     before = (run_dir / "export" / "model.jax").read_bytes()
-    done = subprocess.run([sys.executable, "export.py", "-m", f"run_dir={run_dir}", "checkpoint=best,latest",
+    done = commands.run([sys.executable, "export.py", "-m", f"run_dir={run_dir}", "checkpoint=best,latest",
                            f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr == (

@@ -9,11 +9,11 @@ from hydra.test_utils.launcher_common_tests import (
     LauncherTestSuite,
 )
 import os
-import subprocess
 import sys
 
 from omegaconf import OmegaConf
 
+import commands
 from conftest import ROOT
 
 
@@ -74,7 +74,7 @@ def test_a_max_size_of_the_wrong_type_is_one_sentence_before_the_sweep(data_dir,
     """It ended in Hydra's 'Error merging override' and OmegaConf's node details, exit 1."""
     from conftest import subprocess_env
 
-    done = subprocess.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", "hydra/launcher=population",
+    done = commands.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", "hydra/launcher=population",
                            f"hydra.launcher.max_size={value}", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT,
                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
@@ -104,7 +104,7 @@ def test_another_apps_jobs_see_as_many_cpu_devices_as_under_the_basic_launcher(t
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # JAX's own default: one CPU device
     counts = {}
     for launcher in ("basic", "population"):
-        out = subprocess.run([sys.executable, "app.py", "-m", "+x=1,2", f"hydra/launcher={launcher}",
+        out = commands.run([sys.executable, "app.py", "-m", "+x=1,2", f"hydra/launcher={launcher}",
                               f"hydra.sweep.dir={tmp_path / launcher}"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, check=True).stdout
         counts[launcher] = [line for line in out.splitlines() if line.startswith("devices")]

@@ -3,13 +3,13 @@ launcher's, eval.py on a member, a diverging member failing alone, Optuna batche
 import json
 import pathlib
 import re
-import subprocess
 import sys
 import time
 
 import pytest
 from omegaconf import OmegaConf
 
+import commands
 from conftest import ROOT, subprocess_env
 from test_sweeps import multirun, study_trials, summary_rows
 
@@ -72,7 +72,7 @@ def test_a_members_hydra_folder_is_what_run_job_writes_for_a_solo_job(grouped_sw
 def test_eval_of_a_member_reproduces_its_final_metrics(grouped_sweep, data_dir):
     sweep, _ = grouped_sweep
     run_dir = sweep / "1"
-    done = subprocess.run([sys.executable, "eval.py", f"run_dir={run_dir}", f"hydra.run.dir={run_dir}-eval"],
+    done = commands.run([sys.executable, "eval.py", f"run_dir={run_dir}", f"hydra.run.dir={run_dir}-eval"],
                           cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     final = json.loads((run_dir / "results.json").read_text())
@@ -156,7 +156,7 @@ def test_pmap_is_refused_before_any_training(data_dir, tmp_path):
 def test_a_cpu_device_count_out_of_range_fails_its_jobs_as_under_the_basic_launcher(data_dir, tmp_path):
     """parallel.cpu_devices=100000 started the launcher's JAX with that many CPU devices, before any job checked
     the setting: the sweep hung. Each job now fails with the basic launcher's sentence."""
-    proc = subprocess.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", "hydra/launcher=population",
+    proc = commands.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", "hydra/launcher=population",
                            "parallel.cpu_devices=100000", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT,
                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
@@ -265,7 +265,7 @@ def test_sigterm_saves_every_member_and_the_same_command_resumes(data_dir, make_
     for job in ("0", "1"):
         reason = json.loads((sweep / job / "failure.json").read_text())["reason"]
         assert reason.endswith(f"rerun the same multirun command (hydra.sweep.dir={sweep}) to resume the sweep")
-    done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+    done = commands.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     reference = [make_cfg(*TINY, *steps, f"seed={seed}", out=f"whole-{seed}") for seed in (0, 1)]
@@ -316,7 +316,7 @@ def test_sigterm_in_an_optuna_sweep_and_the_same_command_continues_its_trials(da
     job_dirs = [next(sweep.glob(f"*_{n}")) for n in (0, 1)]
     stopped = [Checkpoints(str(d / "checkpoints"), read_only=True).steps()[-1] for d in job_dirs]
     assert stopped[0] == stopped[1] < 3000
-    done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
+    done = commands.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "training jobs #0, #1 as one population" in done.stderr + done.stdout

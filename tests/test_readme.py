@@ -11,11 +11,11 @@ docs/sweeps.md's commands run the same way, a placeholder `multirun/<date>/<time
 import os
 import re
 import shlex
-import subprocess
 import sys
 
 import pytest
 
+import commands
 from conftest import ROOT, subprocess_env
 
 CATALOG = ("dataset=mnist", "dataset=fashion_mnist", "dataset=cifar10")
@@ -67,10 +67,10 @@ def test_readme_commands_are_found():
 @pytest.fixture(scope="module")
 def trained_run(data_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("readme") / "trained"
-    done = subprocess.run([sys.executable, "train.py", "debug=smoke", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+    done = commands.run([sys.executable, "train.py", "debug=smoke", f"hydra.run.dir={run_dir}"], cwd=ROOT,
                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    exported = subprocess.run([sys.executable, "export.py", f"run_dir={run_dir}", f"hydra.run.dir={run_dir}-export"],
+    exported = commands.run([sys.executable, "export.py", f"run_dir={run_dir}", f"hydra.run.dir={run_dir}-export"],
                               cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert exported.returncode == 0, exported.stderr[-2000:]  # so predict.py's lines have a model in any order
     return run_dir
@@ -114,7 +114,7 @@ def run_as_written(words, data_dir, tmp_path, trained_run, sweep_dir=None):
     args = with_tiny_settings(words, tmp_path, trained_run, sweep_dir)
     prefix = [sys.executable, "-c", MOCK_CATALOG] if any(a in CATALOG for a in args) else [sys.executable]
     cwd = tmp_path if os.path.isabs(args[0]) else ROOT  # a script given by its path: run from another directory
-    done = subprocess.run(prefix + args, cwd=cwd, env=subprocess_env(data_dir), capture_output=True, text=True,
+    done = commands.run(prefix + args, cwd=cwd, env=subprocess_env(data_dir), capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, f"python {' '.join(args)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     if args[0] == "train.py" and not {"--cfg", "--help"} & set(args):  # it trained: what a user would look at
@@ -141,7 +141,7 @@ SWEEPS_COMMANDS = [c for c in readme_commands((ROOT / "docs" / "sweeps.md").read
 @pytest.fixture(scope="module")
 def sweep_dir(data_dir, tmp_path_factory):
     sweep = tmp_path_factory.mktemp("sweeps_md") / "sweep"
-    done = subprocess.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", f"hydra.sweep.dir={sweep}"],
+    done = commands.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", f"hydra.sweep.dir={sweep}"],
                           cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return sweep

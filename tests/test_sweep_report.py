@@ -7,7 +7,6 @@ import os
 import pathlib
 import shlex
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -15,6 +14,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+import commands
 from conftest import ROOT, subprocess_env
 from zoo.loop import NonFiniteLoss, TrialPruned
 from zoo.sweeps import jobs as sweep_jobs
@@ -45,10 +45,10 @@ def test_the_report_runs_by_its_path_from_any_directory(tmp_path):
     write_job(tmp_path / "sweep", "0", ["seed=0"], results=completed(0.9))
     script = ROOT / "zoo" / "sweeps" / "report.py"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # zoo is not installed: only its checkout
-    usage = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path, env=env, capture_output=True,
+    usage = commands.run([sys.executable, str(script), "--help"], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=60)
     assert usage.returncode == 0 and "python <repo>/zoo/sweeps/report.py MULTIRUN_DIR" in usage.stdout, usage.stderr
-    done = subprocess.run([sys.executable, str(script), "sweep"], cwd=tmp_path, env=env, capture_output=True,
+    done = commands.run([sys.executable, str(script), "sweep"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[0] == f"1 jobs; summary written to {tmp_path / 'sweep' / 'summary.md'}"
@@ -313,7 +313,7 @@ def test_digits_cnn_search_runs_with_a_tiny_budget(data_dir, tmp_path):
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "train.py", "-m", "hparams_search=digits_cnn", "debug=smoke", "hydra.sweeper.n_trials=2",
            f"hydra.sweep.dir={sweep}"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=600,
+    proc = commands.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=600,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     results = {str(p.parent): json.loads(p.read_text()) for p in sweep.glob("*/results.json")}
@@ -346,7 +346,7 @@ def test_a_summary_that_could_not_be_written_names_the_command_that_rebuilds_it_
     assert command == f"python {ROOT / 'zoo' / 'sweeps' / 'report.py'} {tmp_path / 'sweep'}"
     monkeypatch.undo()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, env=env, capture_output=True,
+    done = commands.run([sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and (tmp_path / "sweep" / "summary.md").is_file(), done.stderr[-2000:]
 

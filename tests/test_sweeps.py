@@ -16,13 +16,14 @@ import optuna
 import pytest
 from omegaconf import OmegaConf
 
+import commands
 from conftest import ROOT, subprocess_env
 from zoo.sweeps import report
 
 
 def multirun(data_dir, sweep_dir, *overrides, check=True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "train.py", "-m", "debug=smoke", f"hydra.sweep.dir={sweep_dir}", *overrides]
-    proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300,
+    proc = commands.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300,
                           check=False)
     if check:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -207,7 +208,7 @@ def test_the_dashboard_shows_the_study(pruned_sweep):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dashboard = pathlib.Path(sys.executable).with_name("optuna-dashboard")
-    server = subprocess.Popen([str(dashboard), f"sqlite:///{pruned_sweep}/optuna.db", "--host", "127.0.0.1",
+    server = commands.Popen([str(dashboard), f"sqlite:///{pruned_sweep}/optuna.db", "--host", "127.0.0.1",
                                "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def get(path):
