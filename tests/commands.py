@@ -26,7 +26,8 @@ import time
 
 SCRIPTS = ("train.py", "eval.py", "export.py", "predict.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_servers = {}  # frozen environment -> Server
+_servers = {}  # frozen environment -> Server, the most recently used last
+MAX_SERVERS = 3  # each holds ~220 MB; a test giving each command an environment of its own gains nothing from one
 _lock = threading.Lock()
 
 
@@ -74,9 +75,11 @@ def _server_for(args, cwd, env, kwargs):
     # pytest names the running test in the environment; nothing reads it while importing
     key = tuple(sorted((k, v) for k, v in env.items() if k != "PYTEST_CURRENT_TEST"))
     with _lock:
-        if key not in _servers:
-            _servers[key] = Server(env)
-        return _servers[key], env
+        server = _servers.pop(key, None) or Server(env)
+        _servers[key] = server
+        while len(_servers) > MAX_SERVERS:
+            _servers.pop(next(iter(_servers))).close(wait=False)
+        return server, env
 
 
 class Server:
@@ -94,11 +97,17 @@ class Server:
             raise RuntimeError(f"the command server did not start:\n{self.log.read()}")
         atexit.register(self.close)
 
-    def close(self):
-        self.proc.stdin.close()  # the server exits at end of file; children still running go on alone
-        self.proc.wait(timeout=30)
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def close(self, wait: bool = True):
+        """The server exits once the commands it started have ended, their exit statuses reported."""
+        if not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        if wait:
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # a command left running by its test: it goes on alone
+                self.proc.kill()
+            self.log.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Forked:
@@ -239,11 +248,14 @@ def serve(address: str) -> None:
     events = selectors.DefaultSelector()
     events.register(listener, selectors.EVENT_READ)
     events.register(sys.stdin, selectors.EVENT_READ)
-    while True:
+    closing = False
+    while not closing or waiting:
         for key, _ in events.select(timeout=0.02):
             if key.fileobj is sys.stdin:
-                if not sys.stdin.readline():
-                    return
+                if not sys.stdin.readline():  # no more commands: exit once those running have ended
+                    closing = True
+                    events.unregister(sys.stdin)
+                    events.unregister(listener)
                 continue
             conn, _ = listener.accept()
             header, fds, _, _ = socket.recv_fds(conn, 8, 3)
