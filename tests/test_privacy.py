@@ -659,6 +659,23 @@ def test_an_exported_dp_model_carries_the_guarantee_of_its_step(make_cfg, tmp_pa
     assert record["epsilon"] < results["privacy"]["epsilon"]  # step 2 spent less than the whole run
 
 
+@pytest.mark.parametrize("results_json", [None, "{\"test\": ", "{}"], ids=["missing", "cut-short", "no-record"])
+def test_an_exported_dp_model_of_a_run_without_a_readable_privacy_record_says_which(make_cfg, tmp_path, results_json):
+    """A run not finished has no results.json; one whose results.json is damaged was said to have none."""
+    from zoo.export.artifact import export
+
+    train(make_cfg("debug=smoke", *DP))
+    path = tmp_path / "run" / "results.json"
+    if results_json is None:
+        path.unlink()
+    else:
+        path.write_text(results_json)
+    note = export(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="export"))["signature"]["privacy"]["note"]
+    said = {None: "the run has no results.json", "{\"test\": ": f"{path} cannot be read",
+            "{}": f"{path} holds no privacy record"}[results_json]
+    assert note.startswith(said + "; metrics.jsonl's train records carry the epsilon spent"), note
+
+
 def test_an_exported_best_dp_checkpoint_carries_the_guarantee_of_the_steps_it_was_chosen_among(make_cfg, tmp_path):
     """The best checkpoint is chosen by comparing it with the later ones, which the later steps' private batches
     shaped: the model released is then no more private than the whole run."""

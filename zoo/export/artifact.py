@@ -97,9 +97,13 @@ def _privacy_at(run_dir: str, step: int, chosen_by_metric: bool) -> dict:
     batches shaped: its release is a function of the whole run, so it carries the whole run's epsilon."""
     from zoo.privacy import accountant
 
-    record = (load_json(os.path.join(run_dir, "results.json")) or {}).get("privacy")
+    path = os.path.join(run_dir, "results.json")
+    results = load_json(path)
+    record = (results or {}).get("privacy")
     if record is None:
-        return {"note": "the run has no results.json; metrics.jsonl's train records carry the epsilon spent"}
+        why = ("the run has no results.json" if not os.path.exists(path) else f"{path} cannot be read"
+               if results is None else f"{path} holds no privacy record")
+        return {"note": f"{why}; metrics.jsonl's train records carry the epsilon spent"}
     if chosen_by_metric and step < record["steps"]:
         return {**record, "exported_step": step,
                 "note": f"step {step} was chosen as the best of the run's checkpoints by their eval metrics, which the "
