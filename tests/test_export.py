@@ -302,6 +302,9 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
     ("x.csv", ",".join(f"p{i}" for i in range(64)) + "\n" + "0," * 63 + "0\n",
      r"begins with a header line \(p0,p1,p2,p3,p4,p5,p6,p7,p8,p9,p10,p11,p1…\); predict\.py reads examples only, one "
      r"per line: remove that line \(pandas: to_csv\(\.\.\., header=False\)\)\.$"),
+    ("x.csv", ",".join(f"p{i}" for i in range(64)) + "\n",
+     r"holds a header line \(p0,p1,p2,p3,p4,p5,p6,p7,p8,p9,p10,p11,p1…\) and no examples; the model expects "
+     + EXPECTED),
     ("x.csv", ",".join(f'"p{i}"' for i in range(64)) + "\n" + '"0",' * 63 + '"0"\n',
      r'begins with a header line \("p0","p1","p2","p3","p4","p5","p6","p7",…\); predict\.py reads examples '
      r"only"),
@@ -316,7 +319,7 @@ NOT_NPY = (r"cannot be read as numbers \(it is not an \.npy file: np\.save write
         "npy-empty-file", "npy-text", "npy-tofile", "csv-columns", "csv-text", "csv-ragged", "csv-trailing-comma",
         "csv-semicolons",
         "csv-decimal-commas", "csv-spaces", "csv-tabs", "csv-empty",
-        "csv-header-names", "csv-quoted-header", "csv-quoted-decimal-commas", "csv-header-numbers", "extension",
+        "csv-header-names", "csv-header-alone", "csv-quoted-header", "csv-quoted-decimal-commas", "csv-header-numbers", "extension",
         "missing", "directory"])
 def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_run, tmp_path, capsys,
                                                                       name, content, message):
@@ -616,11 +619,11 @@ def test_a_narrow_first_example_that_counts_up_is_data_not_a_header(tmp_path):
     """0,1 may well be an example of two features; only a wide run of column numbers reads as pandas' header."""
     path = tmp_path / "narrow.csv"
     path.write_text("0,1\n2,3\n")
-    _refuse_a_header_line(str(path), 2)  # nothing refused
+    _refuse_a_header_line(str(path), (2,))  # nothing refused
     wide = tmp_path / "wide.csv"
     wide.write_text(",".join(map(str, range(8))) + "\n" + ",".join(["1"] * 8) + "\n")
     with pytest.raises(UserError, match="column numbers"):
-        _refuse_a_header_line(str(wide), 8)
+        _refuse_a_header_line(str(wide), (8,))
 
 
 def test_a_copied_export_folder_is_not_taken_for_a_run(make_cfg, exported_run, tmp_path):

@@ -193,7 +193,7 @@ def _unquoted(field: str) -> str:
     return field[1:-1] if len(field) >= 2 and field[0] == field[-1] == '"' else field
 
 
-def _refuse_a_header_line(path: str, width: int) -> None:
+def _refuse_a_header_line(path: str, shape: tuple) -> None:
     """A header line is not an example: names are refused as such, not as a string that does not convert, and the
     column numbers pandas' to_csv writes by default (0,1,...,width-1), which read as numbers, are not predicted."""
     with open(path, encoding="utf-8-sig", errors="replace") as f:  # the lines np.loadtxt reads: no comment, none blank
@@ -203,10 +203,15 @@ def _refuse_a_header_line(path: str, width: int) -> None:
     if first.startswith(",") and _numbers(first[1:]) is not None:  # its index column has no name
         remove = ("remove that line and the first column, pandas' index (pandas: to_csv(..., header=False, "
                   "index=False)).")
+    preview = first if len(first) <= 40 else first[:40] + "…"
+    names = [_unquoted(field) for field in first.split(",")]
+    if first and not second and all(any(c.isalpha() for c in n) and _numbers(n) is None for n in names):
+        raise UserError(f"input={path} holds a header line ({preview}) and no examples; the model expects "
+                        f"{_expected(shape)}.")
     if first and _numbers(first) is None and second and _numbers(second) is not None:
-        preview = first if len(first) <= 40 else first[:40] + "…"
         raise UserError(f"input={path} begins with a header line ({preview}); predict.py reads examples only, one "
                         f"per line: {remove}")
+    width = math.prod(shape)
     # only for wide examples: a narrow one (0,1 or 0,1,2) may well be data, while 8 and more consecutive column
     # numbers are not an example anyone means to predict
     if width >= 8 and _numbers(first) == list(range(width)):
@@ -258,7 +263,7 @@ def read_input(path: str, shape: tuple) -> np.ndarray:
                 x.close()
                 raise ValueError("it is an .npz archive of several arrays; save one array with np.save")
         else:
-            _refuse_a_header_line(path, math.prod(shape))
+            _refuse_a_header_line(path, shape)
             _refuse_another_separator(path, shape)
             with warnings.catch_warnings():  # an empty file is reported below, by its shape
                 warnings.simplefilter("ignore")
