@@ -15,11 +15,11 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import shutil
 import tempfile
 import threading
 import time
