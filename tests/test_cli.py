@@ -23,12 +23,12 @@ TINY = ["model.hidden=[32]", "model.dropout=0.0", "trainer.batch_size=16", "trai
 
 def run(args, data_dir, timeout=120, script="train.py"):
     return commands.run([sys.executable, script, *args], cwd=ROOT, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=timeout)
+                        capture_output=True, text=True, timeout=timeout)
 
 
 def start(args, data_dir):
     return commands.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def run_beside(first_args, busy_path, second_args, data_dir):
@@ -380,7 +380,7 @@ def test_kill_9_during_a_save_leaves_only_complete_checkpoints(data_dir, make_cf
     args = [*TINY, "trainer.max_steps=12", "trainer.log_every=1", "trainer.checkpoint_every=1",
             "checkpoint.keep=1000", f"hydra.run.dir={tmp_path / 'run'}"]
     killed = commands.run([sys.executable, "-c", KILL_IN_SAVE, *args], cwd=ROOT, capture_output=True, text=True,
-                            env={**subprocess_env(data_dir), "KILL_AT": "7"}, timeout=120)
+                          env={**subprocess_env(data_dir), "KILL_AT": "7"}, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     checkpoints = tmp_path / "run" / "checkpoints"
     assert [p.name.split(".")[0] for p in checkpoints.glob("*.orbax-checkpoint-tmp*")] == ["7"]  # cut short
@@ -490,7 +490,7 @@ def test_an_empty_paths_output_dir_is_one_sentence_and_writes_nothing(data_dir, 
     """It was a FileNotFoundError traceback (exit 1), after an empty checkpoints/ was made in the working dir."""
     done = commands.run([sys.executable, str(ROOT / "train.py"), "debug=smoke", "paths.output_dir=",
                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=120)
+                        capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == ("error: paths.output_dir= is not writable (No such file or "
                                                     "directory); set paths.output_dir to a directory you can write.")
@@ -537,7 +537,7 @@ def test_a_relative_path_is_the_users_own_with_hydra_job_chdir(data_dir, make_cf
     extra = ["debug=smoke", "trainer.max_steps=8"] if script == "train.py" else []
     done = commands.run([sys.executable, str(ROOT / script), *extra, path_setting, "hydra.run.dir=new",
                            "hydra.job.chdir=true"], cwd=tmp_path, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=120)
+                        capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     if script == "train.py":
         assert json.loads((tmp_path / "new" / "results.json").read_text())["start_step"] == 6
@@ -575,12 +575,12 @@ def test_a_relative_paths_data_dir_is_the_users_own_with_hydra_job_chdir(data_di
     data dir there, the user's own left unread. eval.py reads the dataset the same way."""
     done = commands.run([sys.executable, str(ROOT / "train.py"), "debug=smoke", "paths.data_dir=data",
                            "hydra.run.dir=new", "hydra.job.chdir=true"], cwd=tmp_path, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=120)
+                        capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "data" / "zoo_digits").is_dir() and not (tmp_path / "new" / "data").exists()
     evaluated = commands.run([sys.executable, str(ROOT / "eval.py"), "run_dir=new", "paths.data_dir=data",
                                 "hydra.run.dir=new-eval", "hydra.job.chdir=true"], cwd=tmp_path,
-                               env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                             env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert not (tmp_path / "new-eval" / "data").exists()
 
@@ -776,7 +776,7 @@ def test_a_run_dir_and_predict_paths_beginning_with_tilde_are_under_home(data_di
                          ("export.py", [f"hydra.run.dir={tmp_path / 'x'}"]),
                          ("predict.py", ['input="~/x.npy"', 'output="~/p.csv"'])]:
         done = commands.run([sys.executable, script, 'run_dir="~/run"', *args], cwd=ROOT, env=home,
-                              capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "run" / "eval" / "test-6.json").is_file()
     assert (tmp_path / "run" / "export" / "model.jax").is_file()

@@ -90,7 +90,7 @@ def run_alone(data_dir, tmp_path, port: int, process_id: int) -> subprocess.Comp
                            f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
                            f"distributed.process_id={process_id}", "distributed.timeout_s=3",
                            f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                        cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
 
 
 def test_a_coordinator_port_in_use_is_refused_in_one_sentence(data_dir, tmp_path):
@@ -127,8 +127,8 @@ def test_a_cluster_task_whose_peers_never_join_ends_in_one_sentence(data_dir, tm
                  SLURM_LOCALID="0", SLURM_STEP_NUM_NODES="1", SLURM_STEP_TASKS_PER_NODE="2")
     done = commands.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=auto",
                            "distributed.timeout_s=3", f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=ROOT, env={**subprocess_env(data_dir), **slurm}, capture_output=True, text=True,
-                          timeout=120)
+                        cwd=ROOT, env={**subprocess_env(data_dir), **slurm}, capture_output=True, text=True,
+                        timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1] == (
         "error: not all the processes of this cluster job joined within distributed.timeout_s=3 (distributed=auto); "
@@ -142,7 +142,7 @@ def test_a_timeout_beyond_what_jax_takes_waits_as_long_as_it_can(data_dir, tmp_p
                            f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=1",
                            "distributed.process_id=0", "distributed.timeout_s=30000000000",
                            f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                        cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["test"]["count"] == 359
 
@@ -154,7 +154,7 @@ def test_a_multiruns_jobs_after_one_whose_peers_never_joined_fail_with_its_sente
     commands.run([sys.executable, "train.py", "-m", "debug=smoke", "parallel=sharded", "distributed=explicit",
                     f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2",
                     "distributed.process_id=1", "distributed.timeout_s=3", "seed=0,1", f"hydra.sweep.dir={sweep}"],
-                   cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                 cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     failures = [json.loads((sweep / job / "failure.json").read_text()) for job in ("0", "1")]
     assert [(f["error"], f["user_error"]) for f in failures] == [("ProcessesNotJoined", True)] * 2, failures[1]
     assert failures[1]["reason"] == failures[0]["reason"]
@@ -209,8 +209,8 @@ def test_a_dataset_process_1_cannot_load_ends_process_0_in_one_sentence(data_dir
             "distributed=explicit", f"distributed.coordinator_address=localhost:{free_port()}",
             "distributed.num_processes=2", f"hydra.run.dir={tmp_path / 'run'}"]
     procs = [commands.Popen([sys.executable, *args, f"distributed.process_id={i}", f"paths.data_dir={where}"],
-                              cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
              for i, where in enumerate([data_dir, blocker])]
     try:  # process 0 waited at its next collective, and process 1 at its exit, for distributed.timeout_s (300 s)
         outputs = [p.communicate(timeout=120)[0] for p in procs]
@@ -228,7 +228,7 @@ def two_with(data_dir, args: list, each: list, script: str = "train.py") -> list
     args = [script, *args, "parallel=sharded", "parallel.cpu_devices=1", "distributed=explicit",
             f"distributed.coordinator_address=localhost:{free_port()}", "distributed.num_processes=2"]
     procs = [commands.Popen([sys.executable, *args, *each[i], f"distributed.process_id={i}"], cwd=ROOT,
-                              env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
     try:
         outputs = [p.communicate(timeout=120)[0] for p in procs]
@@ -310,8 +310,8 @@ def start_told(counts: list, run_dir, data_dir, *extra) -> list:
                               "distributed=explicit", f"distributed.coordinator_address=localhost:{port}",
                               f"distributed.num_processes={n}", f"distributed.process_id={i}", *extra,
                               f"hydra.run.dir={run_dir}"],
-                             cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
+                           cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
             for i, n in enumerate(counts)]
 
 
@@ -356,7 +356,7 @@ def test_a_process_id_given_twice_is_refused_in_one_sentence_and_the_run_goes_on
             done = commands.run([sys.executable, "train.py", *args, "parallel.cpu_devices=2", "distributed=explicit",
                                    f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
                                    f"distributed.process_id={process_id}"],
-                                  cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                                cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
             assert done.returncode == 2, done.stderr[-3000:]
             assert done.stderr.strip().splitlines()[-1] == (
                 f"error: distributed.process_id={process_id} is taken by another process running now in "

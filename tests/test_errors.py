@@ -38,7 +38,7 @@ CALLBACK = "++hydra.callbacks.run_dir_check._target_=zoo.cli.RunDirCheck"  # the
 
 def run(args, data_dir, script="train.py"):
     return commands.run([sys.executable, str(script), *args], cwd=ROOT, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=180)
+                        capture_output=True, text=True, timeout=180)
 
 
 def assert_one_sentence(done, code, fragment):
@@ -303,7 +303,7 @@ def test_distributed_auto_outside_a_cluster_says_so_and_names_distributed_explic
     env = {k: v for k, v in subprocess_env(data_dir).items() if not k.startswith(("SLURM_", "OMPI_"))}
     done = commands.run([sys.executable, "train.py", "debug=smoke", "parallel=sharded", "distributed=auto",
                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=180)
+                        timeout=180)
     assert_one_sentence(done, 2, "error: jax.distributed could not start with distributed=auto (")
     assert re.search(r"\); distributed=auto reads the processes from a cluster's environment \(SLURM, Open MPI, "
                      r"Kubernetes, TPU pods\) and found none here; run the command inside a cluster job, or use "
@@ -1567,7 +1567,7 @@ def test_hydra_full_error_shows_the_traceback_of_a_tasks_refusal_only(data_dir, 
     the command line before Hydra starts (a value of the wrong type) stays one sentence, exit 2."""
     env = dict(subprocess_env(data_dir), HYDRA_FULL_ERROR="1")
     task, line = (commands.run([sys.executable, "train.py", "debug=smoke", override, f"hydra.run.dir={tmp_path / d}"],
-                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
                   for override, d in [("optimizer.learning_rate=0", "a"), ("trainer.epochs=three", "b")])
     assert task.returncode == 1 and "Traceback" in task.stderr, task.stderr
     assert task.stderr.strip().splitlines()[-1] == ("zoo.errors.UserError: optimizer.learning_rate must be a positive "

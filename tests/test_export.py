@@ -130,7 +130,7 @@ def test_the_readme_serving_example_runs_with_only_jax_and_numpy(exported_run, t
     script = tmp_path / "serve.py"
     script.write_text(readme_serving_example() + "\nassert 'flax' not in sys.modules and 'zoo' not in sys.modules\n")
     done = commands.run([sys.executable, str(script), str(run_dir), str(tmp_path / "new_digits.npy")],
-                          cwd=tmp_path, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                        cwd=tmp_path, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     expected = np.argmax(load_exported(run_dir).call(x)["probabilities"], -1)
     assert done.stdout.split() == [str(c) for c in expected]
@@ -262,7 +262,7 @@ def test_predict_command_prints_only_predictions(exported_run, tmp_path, data_di
     run_dir, cfg = exported_run
     np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
     done = commands.run([sys.executable, "predict.py", f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}"],
-                          cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                        cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith("class,probability_0") and len(done.stdout.splitlines()) == 4
 
@@ -717,7 +717,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def signalled_at(target: str, signum: int, script: str, args: list, data_dir: str):
     """`python script args` sent `signum` as it first calls `target` (module:function)."""
     return commands.run([sys.executable, "-c", SIGNAL_AT, target, str(int(signum)), script, *args], cwd=ROOT,
-                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                        env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("script, target, nothing, signum", [
@@ -825,7 +825,7 @@ def test_eval_and_export_take_a_pinned_version_of_the_runs_dataset(exported_run,
     def command(*args):  # each command's own log dir under tmp_path, not the checkout's outputs/
         own = tmp_path / f"command-{len(list(tmp_path.glob('command-*')))}"
         return commands.run([sys.executable, script, f"run_dir={run}", *args, f"hydra.run.dir={own}"], cwd=ROOT,
-                              capture_output=True, text=True, env=subprocess_env(data_dir), timeout=120)
+                            capture_output=True, text=True, env=subprocess_env(data_dir), timeout=120)
 
     pinned = command("dataset.tfds_name=zoo_digits:1.0.0")  # taken, and read as train.py reads it
     assert pinned.returncode == 2 and pinned.stderr.endswith(
@@ -942,7 +942,7 @@ def test_predict_reads_and_writes_relative_paths_where_it_was_run_with_hydra_job
     np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
     done = commands.run([sys.executable, str(ROOT / "predict.py"), "run_dir=run", "input=x.npy", "output=p.csv",
                            "hydra.run.dir=new", "hydra.job.chdir=true"], cwd=tmp_path, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=120)
+                        capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len((tmp_path / "p.csv").read_text().splitlines()) == 4 and not (tmp_path / "new" / "p.csv").exists()
 
@@ -957,7 +957,7 @@ def test_paths_hydras_grammar_reads_only_quoted_are_read_as_typed(exported_run, 
     for script, args in [("export.py", ["run_dir=~/run (1)", f"hydra.run.dir={tmp_path / 'x'}"]),
                          ("predict.py", ["run_dir=~/run (1)", "input=~/données.npy", "output=~/p (1).csv"])]:
         done = commands.run([sys.executable, script, *args], cwd=ROOT, env=home, capture_output=True, text=True,
-                              timeout=120)
+                            timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
     assert len((tmp_path / "p (1).csv").read_text().splitlines()) == 4
     assert not (ROOT / "~").exists()
@@ -997,7 +997,7 @@ def test_predict_refuses_a_multirun_in_one_sentence(exported_run, tmp_path, data
     np.save(tmp_path / "b.npy", raw_inputs(exported_run[1], 3))
     done = commands.run([sys.executable, str(ROOT / "predict.py"), "-m", f"run_dir={exported_run[0]}",
                            "input=a.npy,b.npy", "output=p.csv"], cwd=tmp_path, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=120)
+                        capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr == (
         "error: predict.py predicts one input with one run's export, and takes no -m (--multirun), under which each "
         "job's predictions would replace the last job's; run it once per input or run_dir, each with its own "
@@ -1098,7 +1098,7 @@ def test_predict_refuses_a_setting_of_export_in_one_sentence(exported_run, tmp_p
     np.save(tmp_path / "x.npy", raw_inputs(exported_run[1], 2))
     done = commands.run([sys.executable, str(ROOT / "predict.py"), f"run_dir={exported_run[0]}", "input=x.npy",
                            setting], cwd=tmp_path, env=subprocess_env(data_dir), capture_output=True, text=True,
-                          timeout=120)
+                        timeout=120)
     plain = setting.lstrip("+")
     assert done.returncode == 2 and done.stderr == (
         f"error: {plain} is not a setting of predict.py, which predicts with the run's export/ as export.py wrote it; "
@@ -1113,8 +1113,8 @@ def test_predict_to_a_stdout_that_cannot_take_it_is_one_sentence(exported_run, t
     np.save(tmp_path / "x.npy", raw_inputs(exported_run[1], 2))
     with open("/dev/full", "w") as full:
         done = commands.run([sys.executable, str(ROOT / "predict.py"), f"run_dir={exported_run[0]}", "input=x.npy"],
-                              cwd=tmp_path, env=subprocess_env(data_dir), stdout=full, stderr=subprocess.PIPE,
-                              text=True, timeout=120)
+                            cwd=tmp_path, env=subprocess_env(data_dir), stdout=full, stderr=subprocess.PIPE,
+                            text=True, timeout=120)
     assert done.returncode == 2 and done.stderr == (
         "error: the predictions could not all be written to stdout (No space left on device), so what it received is "
         "incomplete; pass output=FILE.csv to write them to a file, written whole or not at all.\n"), done.stderr
@@ -1128,7 +1128,7 @@ def test_eval_to_a_stdout_that_cannot_take_it_is_one_sentence(exported_run, tmp_
     with open("/dev/full", "w") as full:
         done = commands.run([sys.executable, str(ROOT / "eval.py"), f"run_dir={run_dir}",
                                f"hydra.run.dir={tmp_path / 'eval'}"], cwd=tmp_path, env=subprocess_env(data_dir),
-                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+                            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     written = sorted((run_dir / "eval").glob("test-*.json"))
     assert done.returncode == 2 and done.stderr.endswith(
         f"error: the metrics could not be printed to stdout (No space left on device); they are written to "
@@ -1145,7 +1145,7 @@ def test_export_to_a_stdout_that_cannot_take_its_line_is_one_sentence(make_cfg, 
     with open("/dev/full", "w") as full:
         done = commands.run([sys.executable, str(ROOT / "export.py"), f"run_dir={run}",
                                f"hydra.run.dir={tmp_path / 'export-log'}"], cwd=tmp_path, env=subprocess_env(data_dir),
-                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+                            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.endswith(
         f"error: export.py's line could not be printed to stdout (No space left on device); the export of step 6 is "
         f"written to {run / 'export'}.\n"), done.stderr
@@ -1172,7 +1172,7 @@ def test_an_export_sweep_over_anything_but_run_dir_is_refused(exported_run, tmp_
     before = (run_dir / "export" / "model.jax").read_bytes()
     done = commands.run([sys.executable, "export.py", "-m", f"run_dir={run_dir}", "checkpoint=best,latest",
                            f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=120)
+                        capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr == (
         "error: export.py -m sweeps run_dir alone: each job writes its run's one export/, so checkpoint=best,latest "
         "would leave only the last job's; export one checkpoint of a run per command.\n"), done.stderr

@@ -76,7 +76,7 @@ def test_a_max_size_of_the_wrong_type_is_one_sentence_before_the_sweep(data_dir,
 
     done = commands.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", "hydra/launcher=population",
                            f"hydra.launcher.max_size={value}", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT,
-                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                        env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr == f"error: hydra.launcher.max_size must be an integer, got {got}.\n"
     assert not (tmp_path / "sweep").exists()
@@ -106,6 +106,6 @@ def test_another_apps_jobs_see_as_many_cpu_devices_as_under_the_basic_launcher(t
     for launcher in ("basic", "population"):
         out = commands.run([sys.executable, "app.py", "-m", "+x=1,2", f"hydra/launcher={launcher}",
                               f"hydra.sweep.dir={tmp_path / launcher}"], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, check=True).stdout
+                           capture_output=True, text=True, check=True).stdout
         counts[launcher] = [line for line in out.splitlines() if line.startswith("devices")]
     assert counts["population"] == counts["basic"] == ["devices 1", "devices 1"]

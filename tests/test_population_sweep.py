@@ -73,7 +73,7 @@ def test_eval_of_a_member_reproduces_its_final_metrics(grouped_sweep, data_dir):
     sweep, _ = grouped_sweep
     run_dir = sweep / "1"
     done = commands.run([sys.executable, "eval.py", f"run_dir={run_dir}", f"hydra.run.dir={run_dir}-eval"],
-                          cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+                        cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     final = json.loads((run_dir / "results.json").read_text())
     evaluated = json.loads((run_dir / "eval" / f"test-{final['steps']}.json").read_text())
@@ -158,7 +158,7 @@ def test_a_cpu_device_count_out_of_range_fails_its_jobs_as_under_the_basic_launc
     the setting: the sweep hung. Each job now fails with the basic launcher's sentence."""
     proc = commands.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", "hydra/launcher=population",
                            "parallel.cpu_devices=100000", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT,
-                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+                        env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "parallel.cpu_devices must be between 1 and 512 (or null), got 100000." in proc.stderr
     assert [r["status"] for r in summary_rows(tmp_path / "sweep")] == ["failed", "failed"]
@@ -266,7 +266,7 @@ def test_sigterm_saves_every_member_and_the_same_command_resumes(data_dir, make_
         reason = json.loads((sweep / job / "failure.json").read_text())["reason"]
         assert reason.endswith(f"rerun the same multirun command (hydra.sweep.dir={sweep}) to resume the sweep")
     done = commands.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=300)
+                        capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     reference = [make_cfg(*TINY, *steps, f"seed={seed}", out=f"whole-{seed}") for seed in (0, 1)]
     train_population(reference)  # the same population, uninterrupted, in this process
@@ -317,7 +317,7 @@ def test_sigterm_in_an_optuna_sweep_and_the_same_command_continues_its_trials(da
     stopped = [Checkpoints(str(d / "checkpoints"), read_only=True).steps()[-1] for d in job_dirs]
     assert stopped[0] == stopped[1] < 3000
     done = commands.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=300)
+                        capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "training jobs #0, #1 as one population" in done.stderr + done.stdout
     trials = study_trials(sweep, "stop")

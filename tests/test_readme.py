@@ -68,10 +68,10 @@ def test_readme_commands_are_found():
 def trained_run(data_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("readme") / "trained"
     done = commands.run([sys.executable, "train.py", "debug=smoke", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+                        env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     exported = commands.run([sys.executable, "export.py", f"run_dir={run_dir}", f"hydra.run.dir={run_dir}-export"],
-                              cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+                            cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert exported.returncode == 0, exported.stderr[-2000:]  # so predict.py's lines have a model in any order
     return run_dir
 
@@ -115,7 +115,7 @@ def run_as_written(words, data_dir, tmp_path, trained_run, sweep_dir=None):
     prefix = [sys.executable, "-c", MOCK_CATALOG] if any(a in CATALOG for a in args) else [sys.executable]
     cwd = tmp_path if os.path.isabs(args[0]) else ROOT  # a script given by its path: run from another directory
     done = commands.run(prefix + args, cwd=cwd, env=subprocess_env(data_dir), capture_output=True, text=True,
-                          timeout=600)
+                        timeout=600)
     assert done.returncode == 0, f"python {' '.join(args)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     if args[0] == "train.py" and not {"--cfg", "--help"} & set(args):  # it trained: what a user would look at
         multirun = {"-m", "--multirun"} & set(args)
@@ -142,7 +142,7 @@ SWEEPS_COMMANDS = [c for c in readme_commands((ROOT / "docs" / "sweeps.md").read
 def sweep_dir(data_dir, tmp_path_factory):
     sweep = tmp_path_factory.mktemp("sweeps_md") / "sweep"
     done = commands.run([sys.executable, "train.py", "-m", "debug=smoke", "seed=0,1", f"hydra.sweep.dir={sweep}"],
-                          cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+                        cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return sweep
 

@@ -40,7 +40,7 @@ def train_signalled_in(module: str, path: str, args: list, data_dir, signame: st
     `module`."""
     script = SIGNALLED.format(module=module, path=path, signame=signame, script=script)
     return commands.run([sys.executable, "-c", script, *args], cwd=ROOT,
-                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+                        env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
 
 
 def assert_saves_complete(run_dir, last_step: int):
@@ -102,7 +102,7 @@ def test_sigterm_before_training_ends_in_one_line_and_the_same_command_trains(da
                                         r"hydra\.run\.dir\) to train it, or pass another run_dir\.$"):
         evaluate(make_cfg(f"run_dir={run_dir}", config_name="eval"))
     again = commands.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
-                           capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     results = json.loads((run_dir / "results.json").read_text())
     assert results["steps"] == 6 and results["start_step"] == 0 and results["test"]["count"] == 359
@@ -119,7 +119,7 @@ def test_a_run_stopped_in_its_paths_output_dir_is_resumed_by_that_setting(data_d
         f"error: stopped by SIGTERM at step 4; the checkpoint is saved — resume with the same command and "
         f"paths.output_dir={run_dir}")
     again = commands.run([sys.executable, "train.py", *args[:-1], f"hydra.run.dir={tmp_path / 'h2'}"], cwd=ROOT,
-                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+                         env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((run_dir / "results.json").read_text())["start_step"] == 4
 
@@ -154,7 +154,7 @@ def test_sigterm_while_a_dataset_is_prepared_leaves_nothing_the_rerun_reads(make
         "error: stopped by SIGTERM while preparing dataset=synthetic_linear in paths.data_dir=")
     assert not list((tmp_path / "data").rglob("dataset_info.json"))
     done = commands.run([sys.executable, "train.py", *args, f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
-                          env=subprocess_env(str(tmp_path / "data")), capture_output=True, text=True, timeout=300)
+                        env=subprocess_env(str(tmp_path / "data")), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     # a run never stopped, preparing its own fresh data dir: in this process, one interpreter start fewer
     train(make_cfg(*args, f"paths.data_dir={tmp_path / 'fresh'}", out="clean"))
@@ -185,7 +185,7 @@ def test_a_stopped_sweep_job_goes_on_only_with_the_settings_it_began_with(data_d
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
     log = (sweep / "0" / "metrics.jsonl").read_text()
     other = commands.run([sys.executable, "train.py", *args, "optimizer.learning_rate=0.01"], cwd=ROOT,
-                           env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+                         env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     out = other.stderr + other.stdout
     assert other.returncode == 1, out[-3000:]
     assert ("holds this sweep job's run, stopped at step 2 and trained with other settings: "
@@ -196,11 +196,11 @@ def test_a_stopped_sweep_job_goes_on_only_with_the_settings_it_began_with(data_d
     with open(sweep / "summary.csv") as f:
         assert {r["job"]: r["status"] for r in csv.DictReader(f)}["0"] == "stopped"
     same = commands.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
-                          capture_output=True, text=True, timeout=300)
+                        capture_output=True, text=True, timeout=300)
     assert same.returncode == 0, same.stderr[-3000:]
     assert json.loads((sweep / "0" / "results.json").read_text())["start_step"] == 2
     finished = commands.run([sys.executable, "train.py", *args, "optimizer.learning_rate=0.01"], cwd=ROOT,
-                              env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
+                            env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300)
     assert finished.returncode == 1  # and its refusal names what gives a sweep's jobs new directories:
     assert ("already holds a finished run trained with other settings: optimizer.learning_rate (0.001 -> 0.01); "
             "choose a new hydra.sweep.dir.") in finished.stderr + finished.stdout
@@ -291,7 +291,7 @@ def test_a_stopped_sweep_whose_study_was_in_memory_does_not_ask_for_a_rerun(data
         reasons = [r["reason"] for r in csv.DictReader(f)]
     assert reasons and all("hydra.sweeper.storage=null" in r and "to resume the sweep" not in r for r in reasons)
     rerun = commands.run([sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(data_dir),
-                           capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 2 and "which no command can continue" in rerun.stderr  # as the stop said
 
 

@@ -30,7 +30,7 @@ def test_submitit_local_sweep_runs_each_trial_as_a_job_and_summarises_both(data_
     cmd = [sys.executable, "train.py", "-m", "hydra/launcher=submitit_local", "debug=smoke",  # docs/sweeps.md's line
            "optimizer.learning_rate=1e-3,3e-3", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}"]
     proc = commands.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300,
-                          check=False)
+                        check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     job_ids = set()
     for job in ("0", "1"):
@@ -56,7 +56,7 @@ def test_sigterm_to_the_sweep_is_one_line_and_its_jobs_end_on_their_own(data_dir
     cmd = [sys.executable, "train.py", "-m", "hydra/launcher=submitit_local", *TINY, "trainer.max_steps=3000",
            "trainer.log_every=1", "seed=0,1", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}"]
     proc = commands.Popen(cmd, cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                          stderr=subprocess.PIPE, text=True)
     wait_for_lines(sweep / "0" / "metrics.jsonl", 30, proc)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
@@ -100,7 +100,7 @@ def test_a_trial_past_its_time_limit_fails_with_one_sentence_naming_the_setting(
            "seed=0", "hydra.launcher.timeout_min=1", "+hydra.launcher.max_num_timeout=0",  # no requeue
            f"hydra.sweep.dir={sweep}"]
     proc = commands.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300,
-                          check=False)
+                        check=False)
     sentence = ("the job ran past hydra.launcher.timeout_min=1 (minutes) and submitit ended it before it finished; "
                 "raise hydra.launcher.timeout_min.")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -165,7 +165,7 @@ def test_a_submitit_sweep_with_no_time_is_one_sentence_and_writes_nothing(data_d
     cmd = [sys.executable, "train.py", "-m", "hydra/launcher=submitit_local", "debug=smoke",
            "optimizer.learning_rate=1e-3,3e-3", "hydra.launcher.timeout_min=0", f"hydra.sweep.dir={sweep}"]
     proc = commands.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120,
-                          check=False)
+                        check=False)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines() == [
         "error: hydra.launcher.timeout_min=0 gives each trial no time (submitit ends its job after that many minutes); "

@@ -46,10 +46,10 @@ def test_the_report_runs_by_its_path_from_any_directory(tmp_path):
     script = ROOT / "zoo" / "sweeps" / "report.py"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # zoo is not installed: only its checkout
     usage = commands.run([sys.executable, str(script), "--help"], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=60)
+                         text=True, timeout=60)
     assert usage.returncode == 0 and "python <repo>/zoo/sweeps/report.py MULTIRUN_DIR" in usage.stdout, usage.stderr
     done = commands.run([sys.executable, str(script), "sweep"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
+                        text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[0] == f"1 jobs; summary written to {tmp_path / 'sweep' / 'summary.md'}"
     assert (tmp_path / "sweep" / "summary.csv").is_file()
@@ -314,7 +314,7 @@ def test_digits_cnn_search_runs_with_a_tiny_budget(data_dir, tmp_path):
     cmd = [sys.executable, "train.py", "-m", "hparams_search=digits_cnn", "debug=smoke", "hydra.sweeper.n_trials=2",
            f"hydra.sweep.dir={sweep}"]
     proc = commands.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=600,
-                          check=False)
+                        check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     results = {str(p.parent): json.loads(p.read_text()) for p in sweep.glob("*/results.json")}
     assert len(results) == 2
@@ -347,7 +347,7 @@ def test_a_summary_that_could_not_be_written_names_the_command_that_rebuilds_it_
     monkeypatch.undo()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = commands.run([sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
+                        text=True, timeout=120)
     assert done.returncode == 0 and (tmp_path / "sweep" / "summary.md").is_file(), done.stderr[-2000:]
 
 

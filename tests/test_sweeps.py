@@ -24,7 +24,7 @@ from zoo.sweeps import report
 def multirun(data_dir, sweep_dir, *overrides, check=True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "train.py", "-m", "debug=smoke", f"hydra.sweep.dir={sweep_dir}", *overrides]
     proc = commands.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300,
-                          check=False)
+                        check=False)
     if check:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc
