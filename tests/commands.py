@@ -224,7 +224,6 @@ def serve(address: str) -> None:
     from zoo.startup import loading_libraries
 
     with loading_libraries():  # the entry scripts' imports, then the libraries their commands load on the way
-        import array_record.python.array_record_data_source  # noqa: F401 — reading a prepared dataset
         import hydra  # noqa: F401
         import optuna  # noqa: F401 — the sweeps' search
         from hydra.core.plugins import Plugins
