@@ -504,11 +504,17 @@ def complete_despite_sigterm() -> None:
         signal.signal(signal.SIGTERM, _exit_complete)
 
 
-def discard_stdout() -> None:
-    """After a write to stdout failed (a full disk behind `>`, a closed pipe): what it still buffers would fail again
-    as Python exits, printing a second report about it after the command's one sentence."""
-    with contextlib.suppress(OSError, ValueError):  # no file descriptor of its own (a test capturing it)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+def write_stdout(text: str, refusal) -> None:
+    """Write a command's result to stdout. When it cannot be (`>` a full disk, a closed pipe), the command ends in
+    one sentence, `refusal(reason)`, which says where the result is (or how to get it whole); stdout is then
+    discarded: what it still buffers would fail again as Python exits, a second report after that sentence."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as e:
+        with contextlib.suppress(OSError, ValueError):  # no file descriptor of its own (a test capturing it)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise UserError(refusal(e.strerror or str(e))) from None
 
 
 @contextlib.contextmanager

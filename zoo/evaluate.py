@@ -6,7 +6,7 @@ import jax
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
-from zoo.cli import discard_stdout, in_use_now, launch_dir_path, require_dir, unwritable_reason, written_whole
+from zoo.cli import in_use_now, launch_dir_path, require_dir, unwritable_reason, write_stdout, written_whole
 from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
                         validate_placement)
 from zoo.errors import UserError
@@ -399,12 +399,8 @@ def _evaluate(cfg: DictConfig) -> dict:
             write_json(path, {"step": step, "split": cfg.split, **metrics, **averaged_with})
         averaged = ("" if ema_decay is None
                     else f" (exponential moving average of the parameters, ema_decay={ema_decay})")
-        try:
-            print(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}", flush=True)
-        except OSError as e:  # `> m.txt` on a full disk, a closed pipe: the results are in the run all the same
-            discard_stdout()
-            raise UserError(f"the metrics could not be printed to stdout ({e.strerror or e}); they are written to "
-                            f"{path}.") from None
+        write_stdout(f"{cfg.split} @ step {step}: {metric_summary(metrics)}{averaged}\n",
+                     lambda why: f"the metrics could not be printed to stdout ({why}); they are written to {path}.")
         log.info("wrote %s", path)
     return {"split": cfg.split, "step": step, "metrics": metrics, "path": path,
             "objective": metrics.get(run.compiled.task.objective)}

@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import discard_stdout, launch_dir_path, written_whole
+from zoo.cli import launch_dir_path, write_stdout, written_whole
 from zoo.errors import UserError
 from zoo.ema import with_averaged_params
 from zoo.evaluate import restore_run, warn_if_unfinished
@@ -261,11 +261,8 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
             raise UserError(f"the export cannot be written to {out_dir} ({e.strerror or e}); nothing there was "
                             "changed: free space on its file system, or copy the run somewhere with room and pass "
                             "that run_dir.") from None
-        try:
-            print(f"exported step {step} to {out_dir} (model.jax, signature.json); test: "
-                  f"{metric_summary(test_metrics)}", flush=True)
-        except OSError as e:  # `> log.txt` on a full disk, a closed pipe: the export is in place all the same
-            discard_stdout()
-            raise UserError(f"export.py's line could not be printed to stdout ({e.strerror or e}); the export of step "
-                            f"{step} is written to {out_dir}.") from None
+        write_stdout(f"exported step {step} to {out_dir} (model.jax, signature.json); test: "
+                     f"{metric_summary(test_metrics)}\n",
+                     lambda why: f"export.py's line could not be printed to stdout ({why}); the export of step {step} "
+                                 f"is written to {out_dir}.")
     return {"step": step, "path": out_dir, "signature": signature, "objective": None}

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import discard_stdout, launch_dir_path, require_dir, written_whole
+from zoo.cli import launch_dir_path, require_dir, write_stdout, written_whole
 from zoo.errors import UserError
 from zoo.files import load_json, write_text
 from zoo.run_dirs import (a_commands_own_directory, a_folder_of_commands, a_multiruns_directory, export_origin,
@@ -330,15 +330,10 @@ def predict(cfg: DictConfig) -> dict:
     outputs = run_exported(exported, x, cfg.batch_size)
     text = to_csv(outputs, signature["task"])
     if cfg.output is None:
-        try:
-            with written_whole():
-                sys.stdout.write(text)
-                sys.stdout.flush()
-        except OSError as e:  # `> p.csv` on a full disk, a closed pipe: as output= on that disk, one sentence
-            discard_stdout()
-            raise UserError(f"the predictions could not all be written to stdout ({e.strerror or e}), so what it "
-                            "received is incomplete; pass output=FILE.csv to write them to a file, written whole or "
-                            "not at all.") from None
+        with written_whole():  # a full disk behind `>` or a closed pipe: as output= on that disk, one sentence
+            write_stdout(text, lambda why: f"the predictions could not all be written to stdout ({why}), so what it "
+                                           "received is incomplete; pass output=FILE.csv to write them to a file, "
+                                           "written whole or not at all.")
     else:
         try:
             with written_whole():
