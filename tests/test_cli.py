@@ -429,6 +429,29 @@ def test_a_run_dir_on_a_full_disk_is_one_sentence_before_hydra_writes_its_record
         cli.check_writable(str(tmp_path / "run"), "hydra.run.dir")
 
 
+FULL = "/dev/full"  # a device that is always full: every write to it fails with ENOSPC
+LOST = "warning: the log cannot be written to stdout (No space left on device), so it is no longer written there"
+
+
+@pytest.mark.skipif(not os.path.exists(FULL), reason="needs /dev/full")
+@pytest.mark.parametrize("sweep", [[], ["-m", "seed=0,1"], ["-m", "seed=0,1", "hydra/launcher=population"]])
+def test_a_stdout_that_cannot_take_the_log_is_said_once_and_the_run_goes_on(data_dir, tmp_path, sweep):
+    """`python train.py > log.txt` on a full disk (or into a closed pipe) printed logging's 'Logging error' and a
+    traceback for every console line; a sweep's summary ended in Hydra's warning of the callback's OSError."""
+    where = [f"hydra.sweep.dir={tmp_path / 'runs'}"] if sweep else [f"hydra.run.dir={tmp_path / 'runs'}"]
+    with open(FULL, "w") as full:
+        done = commands.run([sys.executable, "train.py", "debug=smoke", *sweep, *where], cwd=ROOT,
+                            env=subprocess_env(data_dir), stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("warning:") == done.stderr.count(LOST) == 1 and "Traceback" not in done.stderr, done.stderr
+    logs = [tmp_path / "runs" / job / "train.log" for job in (["0", "1"] if sweep else [""])]
+    assert all("test: loss=" in log.read_text() for log in logs)
+    if not sweep:  # the run's own log file, named where the console's log stopped
+        assert f"{LOST}; the whole log is in {logs[0]}.\n" in done.stderr
+    else:
+        assert (tmp_path / "runs" / "summary.md").is_file()
+
+
 @pytest.mark.parametrize("script, says", [("train", "checkpoints already written are kept and the same command resumes"),
                                           ("eval", "no eval results were written — run the same command again")])
 def test_a_ctrl_c_outside_a_task_is_the_commands_own_line(script, says, capsys, monkeypatch):

@@ -211,8 +211,8 @@ class SweepSummary(Callback):
             return
         s = _summarise(config.hydra.sweep.dir, True, self.known)
         if s is not None:
-            print(f"Sweep summary: {os.path.join(s['root'], 'summary.md')}")
-            print(report.best_text(s))
+            with contextlib.suppress(OSError):  # a stdout that cannot be written: the console log said so already
+                print(f"Sweep summary: {os.path.join(s['root'], 'summary.md')}\n{report.best_text(s)}", flush=True)
 
 
 class _NotThisLogger(logging.Filter):

@@ -1,0 +1,33 @@
+"""The commands' console log handler (conf/hydra/*_logging): Hydra's own, less a traceback per line when the console
+cannot be written."""
+import contextlib
+import logging
+import sys
+
+
+class Console(logging.StreamHandler):
+    """logging.StreamHandler, except when its stream cannot be written (`> /dev/full`, a closed pipe): logging would
+    print a traceback for that line and every one after it. Instead this says so once on stderr and writes no more
+    there (nor does any handler of the same stream that Hydra configures for a sweep's later jobs); the command goes
+    on, and the log file Hydra keeps in the run directory (when configured) has every line."""
+
+    lost = set()  # the streams found unwritable in this process
+
+    def emit(self, record):
+        if id(self.stream) not in self.lost:
+            super().emit(record)
+
+    def handleError(self, record):
+        error = sys.exc_info()[1]
+        if id(self.stream) in self.lost or not isinstance(error, OSError):
+            return super().handleError(record)
+        self.lost.add(id(self.stream))
+        name = getattr(self.stream, "name", "the console")
+        name = {"<stdout>": "stdout", "<stderr>": "stderr"}.get(name, name)
+        if self.stream is sys.stderr:
+            return  # nowhere left to say it
+        files = [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+        rest = f"; the whole log is in {files[0]}" if files else ""
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"warning: the log cannot be written to {name} ({error.strerror or error}), so it is no "
+                             f"longer written there{rest}.\n")
