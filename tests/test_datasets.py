@@ -2,9 +2,11 @@
 import contextlib
 import importlib.util
 import json
+import logging
 import re
 import shutil
 import socket
+import tempfile
 
 import numpy as np
 import pytest
@@ -78,6 +80,30 @@ def test_a_catalog_download_prepares_a_format_read_without_tensorflow(make_cfg, 
     assert (len(train_source), len(test_source)) == (1438, 359)
     [info] = (tmp_path / "zoo_digits").rglob("dataset_info.json")
     assert json.loads(info.read_text())["fileFormat"] == "array_record"
+
+
+def test_what_tfds_prints_while_preparing_is_logged_not_written_to_stdout(make_cfg, tmp_path, monkeypatch, capsys,
+                                                                          caplog):
+    """TFDS prints 'Downloading and preparing dataset ...' to stdout: into the stream that carries eval.py's result
+    line alone, and on a stdout that could not be written the preparation failed as if paths.data_dir could not be."""
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    with caplog.at_level(logging.INFO, logger="zoo.data.sources"):
+        read_splits(make_cfg("dataset=diabetes").dataset, str(tmp_path / "embedded"))
+        sources._open_catalog(_stand_in_for_mnist(make_cfg, tmp_path), str(tmp_path / "catalog"))
+    assert capsys.readouterr().out == ""
+    said = [r.getMessage() for r in caplog.records if r.name == "zoo.data.sources"]
+    begins = ("Downloading and preparing dataset Unknown size (download: Unknown size, generated: Unknown size, "
+              "total: Unknown size)")
+    assert [m.split(" to ")[0] for m in said] == [begins, "Dataset zoo_diabetes downloaded and prepared",
+                                                  begins, "Dataset zoo_digits downloaded and prepared"], said
+
+
+def test_preparing_an_embedded_dataset_leaves_nothing_in_the_temporary_directory(make_cfg, tmp_path, monkeypatch):
+    """TFDS looked every unprepared builder up on its bucket, leaving an empty <tmp>/tmp*tfds directory each time."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    assert len(read_splits(make_cfg("dataset=diabetes").dataset, str(tmp_path / "data"))["test"][1]) == 88
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_a_catalog_dataset_prepared_as_tfrecord_is_named_as_such(make_cfg, tmp_path, monkeypatch):

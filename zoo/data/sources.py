@@ -4,7 +4,10 @@ the decoded copy kept beside a prepared dataset once it has been read (zoo.data.
 TFDS prepares into an `incomplete.*` directory and renames it when done, so an interrupted or failed
 preparation is never taken for a dataset: the next run prepares again.
 """
+import contextlib
 import errno
+import io
+import logging
 import os
 import socket
 import threading
@@ -22,12 +25,41 @@ from zoo.errors import Interrupted, UserError
 from zoo.startup import Terminated
 
 tfds.disable_progress_bar()
+log = logging.getLogger(__name__)
 SPLITS = ("train", "test")
 PROBE_HOST = "storage.googleapis.com"  # TFDS's own bucket and the MNIST mirror
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy")  # the catalog downloads over https: HTTP_PROXY does not carry it
 # Given a data_dir, TFDS prepares tfrecord by default, which has no random access.
 RANDOM_ACCESS = {"file_format": "array_record"}
 UNREADABLE_INFO = "its dataset_info.json cannot be read"  # what TFDS's builder fails on, before any record is read
+
+
+class _LogLines(io.TextIOBase):
+    def __init__(self):
+        super().__init__()
+        self.partial = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self.partial = (self.partial + text).split("\n")
+        for line in filter(str.strip, lines):
+            log.info("%s", line.strip())
+        return len(text)
+
+
+@contextlib.contextmanager
+def prints_logged():
+    """What TFDS prints while it prepares a dataset ('Downloading and preparing dataset ...') as lines of the command's
+    log. On stdout they went, unformatted, into the stream that carries eval.py's result line alone, and a stdout that
+    could not be written failed the preparation as if paths.data_dir could not be."""
+    lines = _LogLines()
+    try:
+        with contextlib.redirect_stdout(lines):
+            yield
+    finally:
+        lines.write("\n")
 
 
 def _damaged(cfg, where: str, reason: str) -> UserError:
@@ -79,7 +111,8 @@ def _prepare_embedded(cfg, data_dir: str):
         _refuse_targets_beyond_float32(cfg, builder)
     try:
         os.makedirs(data_dir, exist_ok=True)
-        builder.download_and_prepare(file_format="array_record")
+        with prints_logged():
+            builder.download_and_prepare(file_format="array_record")
     except OSError as e:  # permission denied, a file in the way, read-only or full disk
         prepared_meanwhile = _open_embedded(cfg, data_dir)
         if prepared_meanwhile.is_prepared():  # parallel jobs (a sweep's trials) prepared it at once; one rename won
@@ -314,8 +347,9 @@ def _open_catalog(cfg, data_dir: str):
         _refuse_offline_when_another_version_is_prepared(cfg, data_dir)
         raise _catalog_error(cfg, data_dir, ConnectionError(_offline()))
     try:
-        return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=True,
-                                builder_kwargs=RANDOM_ACCESS)
+        with prints_logged():
+            return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=True,
+                                    builder_kwargs=RANDOM_ACCESS)
     except KeyboardInterrupt as e:
         raise Interrupted(f"{_stopped(e)} while downloading dataset={cfg.name} into paths.data_dir={data_dir}; "
                           "nothing half-written is used and the next run downloads it again.", e) from None
