@@ -24,6 +24,12 @@ def _split_indices(n: int, test_fraction: float):
     return {"train": np.sort(order[n_test:]), "test": np.sort(order[:n_test])}
 
 
+class _MadeHere(tfds.core.DatasetInfo):
+    def initialize_from_bucket(self) -> None:
+        """No lookup on TFDS's bucket, where no embedded dataset is: at every builder of one not prepared yet, it
+        asked the network and left an empty temporary directory behind (tempfile.mkdtemp, never removed)."""
+
+
 class _ArrayBuilder(tfds.core.GeneratorBasedBuilder):
     """A builder over in-memory arrays `x`, `y`; subclasses say where the arrays come from."""
 
@@ -55,7 +61,7 @@ class _ArrayBuilder(tfds.core.GeneratorBasedBuilder):
             "x": tfds.features.Tensor(shape=self.x_shape, dtype=np.float32),
             "y": tfds.features.Tensor(shape=y_shape, dtype=y_dtype),
         })
-        return tfds.core.DatasetInfo(builder=self, features=features, supervised_keys=("x", "y"))
+        return _MadeHere(builder=self, features=features, supervised_keys=("x", "y"))
 
     def _split_generators(self, dl_manager):
         x, y = self.examples
