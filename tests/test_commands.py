@@ -56,7 +56,8 @@ def test_sigterm_stops_a_forked_run_as_it_stops_one_in_a_process_of_its_own(data
         proc = start([sys.executable, "train.py", "trainer.epochs=1000", "logger=quiet", f"hydra.run.dir={run_dir}"],
                      cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120
-        while not (run_dir / "metrics.jsonl").exists() and time.time() < deadline:
+        while time.time() < deadline and not ((run_dir / "metrics.jsonl").exists() and  # a line: it is training
+                                               (run_dir / "metrics.jsonl").stat().st_size):
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
