@@ -130,3 +130,30 @@ def test_a_stop_while_the_optimizer_is_built_stops_the_command(make_cfg, monkeyp
     with preemption.interrupts_remembered():
         with pytest.raises(KeyboardInterrupt):
             build_optimizer(make_cfg("debug=smoke"), total_steps=100)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["debug=smoke", "trainer.max_steps=12", "optimizer.learning_rate=0.05", "seed=1"],
+    ["model=cnn", "+trainer.extra=1", "model.channels=[4,8]"],
+    ["model=linear", "dataset=diabetes", "optimizer=sgd", "schedule=warmup_cosine", "schedule.warmup_steps=3"],
+    ["experiment=digits_cnn_cosine", "hparams_search=digits_mlp", "hydra.job.chdir=true"],
+    ["model=mlp", "paths.data_dir=/elsewhere", "trainer.resume=${paths.output_dir}/c", "~trainer.early_stopping"],
+    ["~checkpoint.keep"], ["trainer.no_such_setting=1"], ["model=no_such_model"]])
+def test_the_suites_compositions_are_hydras(tmp_path, overrides):
+    """make_cfg keeps each choice of config groups' merged config and applies a test's value overrides to a copy
+    (conftest.composed): what it gives must be what Hydra's compose gives, errors included."""
+    import conftest
+    from hydra import compose, initialize_config_dir
+
+    def outcome(make):
+        try:
+            cfg = make()
+        except Exception as e:  # noqa: BLE001 — the same refusal either way
+            return type(e), str(e)
+        return OmegaConf.to_yaml(cfg), OmegaConf.is_struct(cfg)
+
+    for _ in range(2):  # composed, then copied from what was kept
+        ours = outcome(lambda: conftest.composed("train", [f"paths.output_dir={tmp_path}", *overrides]))
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            hydras = outcome(lambda: compose("train", [f"paths.output_dir={tmp_path}", *overrides]))
+        assert ours == hydras
