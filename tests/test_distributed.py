@@ -286,7 +286,7 @@ def test_a_process_lost_mid_run_ends_the_other_in_one_sentence_with_its_checkpoi
     run_dir = tmp_path / "run"
     args = ["debug=smoke", "parallel=sharded", "trainer.epochs=1000", "trainer.max_steps=100000", "trainer.log_every=1",
             "trainer.checkpoint_every=5", "trainer.steps_per_call=1", f"hydra.run.dir={run_dir}"]
-    procs = start_two("train.py", args, data_dir)
+    procs = start_two("train.py", args, data_dir, cpu_devices=(1, 1))  # with more, a Known gap (docs/errors.md)
     try:
         wait_for_lines(run_dir / "metrics.jsonl", 12, procs[0])
         procs[1].kill()
