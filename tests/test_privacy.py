@@ -267,6 +267,24 @@ def test_target_epsilon_solves_the_noise_and_a_fixed_noise_stops_at_the_budget(m
     assert capped.epsilon(capped.total_steps) <= 2.0 < capped.epsilon(capped.total_steps + 1)
 
 
+def test_jobs_with_the_same_privacy_settings_in_one_process_search_for_the_noise_once(make_cfg, monkeypatch):
+    """A search for the noise multiplier takes ~2 s (PLD); a sweep's DP jobs in one process (a population's members,
+    the basic launcher's jobs) each searched again for the same settings. Other settings search anew."""
+    from zoo.privacy import accountant
+
+    searches = []
+    accountant.solve_noise_multiplier.cache_clear()  # what earlier tests in this process searched for
+    calibrate = accountant.dp_accounting.calibrate_dp_mechanism
+    monkeypatch.setattr(accountant.dp_accounting, "calibrate_dp_mechanism",
+                        lambda *a, **k: searches.append(a[2]) or calibrate(*a, **k))
+    cfg = make_cfg("debug=smoke", "privacy=dpsgd", "privacy.target_epsilon=2.5", "privacy.accountant=rdp")
+    split = load_dataset(cfg.dataset, cfg.paths.data_dir).splits["train"]
+    plans = [plan_privacy(cfg, split, 50, 1) for _ in range(3)]
+    assert searches == [2.5] and plans[0].noise_multiplier == plans[2].noise_multiplier
+    cfg.privacy.target_epsilon = 2.4
+    assert plan_privacy(cfg, split, 50, 1).noise_multiplier > plans[0].noise_multiplier and searches == [2.5, 2.4]
+
+
 def test_the_truncation_term_is_paid_from_delta_up_to_epsilon_10_and_reported_in_delta_beyond(make_cfg, caplog):
     """Up to epsilon 10 the rows keep (1 + e^eps) p within 1% of delta; beyond, growing them would approach the
     whole split (epsilon 25: all 1439 rows for 64 expected), so they are not grown and delta carries it."""

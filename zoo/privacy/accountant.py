@@ -68,8 +68,11 @@ def _one_step_pld(q: float, noise_multiplier: float) -> pld_lib.PrivacyLossDistr
         neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
+@functools.lru_cache(maxsize=64)
 def solve_noise_multiplier(q: float, steps: int, target_epsilon: float, delta: float, accountant: str) -> float:
-    """The smallest noise multiplier >= MIN_NOISE_MULTIPLIER (to 1e-3) whose epsilon is at most the target."""
+    """The smallest noise multiplier >= MIN_NOISE_MULTIPLIER (to 1e-3) whose epsilon is at most the target. Kept
+    per process: a search takes ~2 s with PLD, which a sweep's DP jobs run in one process (a population's members,
+    the basic launcher's jobs) paid once each for the same privacy settings."""
     if epsilon(q, MIN_NOISE_MULTIPLIER, steps, delta, accountant) <= target_epsilon:
         return MIN_NOISE_MULTIPLIER
     # Beyond MAX_NOISE_MULTIPLIER the accountants' precision, not the noise, sets epsilon (PLD's grid keeps it near
@@ -86,9 +89,11 @@ def solve_noise_multiplier(q: float, steps: int, target_epsilon: float, delta: f
         bracket_interval=dp_accounting.LowerEndpointAndGuess(MIN_NOISE_MULTIPLIER, 1.0), tol=1e-3)))
 
 
+@functools.lru_cache(maxsize=64)
 def steps_within(q: float, noise_multiplier: float, steps: int, target_epsilon: float, delta: float,
                  accountant: str) -> int:
-    """How many of the planned `steps` keep epsilon at most the target (all of them, or fewer)."""
+    """How many of the planned `steps` keep epsilon at most the target (all of them, or fewer); kept per process
+    as solve_noise_multiplier is."""
     if epsilon(q, noise_multiplier, steps, delta, accountant) <= target_epsilon:
         return steps
     if epsilon(q, noise_multiplier, 1, delta, accountant) > target_epsilon:
