@@ -439,9 +439,11 @@ def test_a_stdout_that_cannot_take_the_log_is_said_once_and_the_run_goes_on(data
     """`python train.py > log.txt` on a full disk (or into a closed pipe) printed logging's 'Logging error' and a
     traceback for every console line; a sweep's summary ended in Hydra's warning of the callback's OSError."""
     where = [f"hydra.sweep.dir={tmp_path / 'runs'}"] if sweep else [f"hydra.run.dir={tmp_path / 'runs'}"]
+    env = subprocess_env(data_dir)
+    env.pop("PYTHONUNBUFFERED", None)  # stdout buffered, as it is by default: what it holds must not fail at exit
     with open(FULL, "w") as full:
-        done = commands.run([sys.executable, "train.py", "debug=smoke", *sweep, *where], cwd=ROOT,
-                            env=subprocess_env(data_dir), stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        done = commands.run([sys.executable, "train.py", "debug=smoke", *sweep, *where], cwd=ROOT, env=env,
+                            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("warning:") == done.stderr.count(LOST) == 1 and "Traceback" not in done.stderr, done.stderr
     logs = [tmp_path / "runs" / job / "train.log" for job in (["0", "1"] if sweep else [""])]
@@ -450,6 +452,31 @@ def test_a_stdout_that_cannot_take_the_log_is_said_once_and_the_run_goes_on(data
         assert f"{LOST}; the whole log is in {logs[0]}.\n" in done.stderr
     else:
         assert (tmp_path / "runs" / "summary.md").is_file()
+
+
+def test_a_result_after_the_console_log_found_stdout_unwritable_is_refused_not_lost(monkeypatch):
+    """The console handler leads a stdout it could not write to os.devnull (else Python's exit flush fails again,
+    exit 120): a result line written after that, as export.py's after its log, would vanish with exit 0."""
+    import errno
+    import io
+    import logging
+
+    from zoo.cli import write_stdout
+    from zoo.console import Console
+    from zoo.errors import UserError
+
+    class Full(io.StringIO):  # its first write fails; later ones "succeed", as into os.devnull
+        def write(self, text):
+            if not self.getvalue():
+                super().write("failed")
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return len(text)
+
+    monkeypatch.setattr(sys, "stdout", Full())
+    monkeypatch.setattr(Console, "lost", {})
+    Console(sys.stdout).handle(logging.makeLogRecord({"msg": "a line of the log"}))
+    with pytest.raises(UserError, match=r"^not printed \(No space left on device\)$"):
+        write_stdout("the result\n", lambda why: f"not printed ({why})")
 
 
 @pytest.mark.parametrize("script, says", [("train", "checkpoints already written are kept and the same command resumes"),

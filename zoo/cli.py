@@ -25,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from zoo import run_record
+from zoo.console import unwritable
 from zoo.errors import Interrupted, ProcessesNotJoined, UserError, exit_with
 from zoo.run_dirs import holds_steps, holds_training_run, refuse_inside_a_runs_folder, run_whose_checkpoints_hold
 from zoo.preemption import (STUDY_IN_MEMORY, Preempted, interrupt_of, interrupts_remembered, raise_a_lost_interrupt,
@@ -508,6 +509,9 @@ def write_stdout(text: str, refusal) -> None:
     """Write a command's result to stdout. When it cannot be (`>` a full disk, a closed pipe), the command ends in
     one sentence, `refusal(reason)`, which says where the result is (or how to get it whole); stdout is then
     discarded: what it still buffers would fail again as Python exits, a second report after that sentence."""
+    lost = unwritable(sys.stdout)  # by the log's console before: the result would now go to os.devnull
+    if lost:
+        raise UserError(refusal(lost))
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -2,6 +2,7 @@
 cannot be written."""
 import contextlib
 import logging
+import os
 import sys
 
 
@@ -11,7 +12,7 @@ class Console(logging.StreamHandler):
     there (nor does any handler of the same stream that Hydra configures for a sweep's later jobs); the command goes
     on, and the log file Hydra keeps in the run directory (when configured) has every line."""
 
-    lost = set()  # the streams found unwritable in this process
+    lost = {}  # id of each stream found unwritable in this process -> why
 
     def emit(self, record):
         if id(self.stream) not in self.lost:
@@ -21,7 +22,9 @@ class Console(logging.StreamHandler):
         error = sys.exc_info()[1]
         if id(self.stream) in self.lost or not isinstance(error, OSError):
             return super().handleError(record)
-        self.lost.add(id(self.stream))
+        self.lost[id(self.stream)] = error.strerror or str(error)
+        with contextlib.suppress(OSError, ValueError):  # what the stream still buffers would fail again at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
         name = getattr(self.stream, "name", "the console")
         name = {"<stdout>": "stdout", "<stderr>": "stderr"}.get(name, name)
         if self.stream is sys.stderr:
@@ -29,5 +32,11 @@ class Console(logging.StreamHandler):
         files = [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
         rest = f"; the whole log is in {files[0]}" if files else ""
         with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write(f"warning: the log cannot be written to {name} ({error.strerror or error}), so it is no "
+            sys.stderr.write(f"warning: the log cannot be written to {name} ({self.lost[id(self.stream)]}), so it is no "
                              f"longer written there{rest}.\n")
+
+
+def unwritable(stream):
+    """Why a Console found `stream` unwritable in this process, else None: its file descriptor then leads to
+    os.devnull, where a command's result would vanish without a word (zoo.cli.write_stdout asks first)."""
+    return Console.lost.get(id(stream))
