@@ -25,7 +25,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from zoo import run_record
-from zoo.console import unwritable
+from zoo.console import discard, unwritable
 from zoo.errors import Interrupted, ProcessesNotJoined, UserError, exit_with
 from zoo.run_dirs import holds_steps, holds_training_run, refuse_inside_a_runs_folder, run_whose_checkpoints_hold
 from zoo.preemption import (STUDY_IN_MEMORY, Preempted, interrupt_of, interrupts_remembered, raise_a_lost_interrupt,
@@ -516,8 +516,7 @@ def write_stdout(text: str, refusal) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     except OSError as e:
-        with contextlib.suppress(OSError, ValueError):  # no file descriptor of its own (a test capturing it)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard(sys.stdout)
         raise UserError(refusal(e.strerror or str(e))) from None
 
 

@@ -22,21 +22,31 @@ class Console(logging.StreamHandler):
         error = sys.exc_info()[1]
         if id(self.stream) in self.lost or not isinstance(error, OSError):
             return super().handleError(record)
-        self.lost[id(self.stream)] = error.strerror or str(error)
-        with contextlib.suppress(OSError, ValueError):  # what the stream still buffers would fail again at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-        name = getattr(self.stream, "name", "the console")
-        name = {"<stdout>": "stdout", "<stderr>": "stderr"}.get(name, name)
+        why = self.lost[id(self.stream)] = error.strerror or str(error)
+        discard(self.stream)
         if self.stream is sys.stderr:
             return  # nowhere left to say it
+        name = getattr(self.stream, "name", "the console")
+        name = {"<stdout>": "stdout", "<stderr>": "stderr"}.get(name, name)
         files = [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
         rest = f"; the whole log is in {files[0]}" if files else ""
         with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write(f"warning: the log cannot be written to {name} ({self.lost[id(self.stream)]}), so it is no "
-                             f"longer written there{rest}.\n")
+            sys.stderr.write(f"warning: the log cannot be written to {name} ({why}), so it is no longer written "
+                             f"there{rest}.\n")
 
 
 def unwritable(stream):
     """Why a Console found `stream` unwritable in this process, else None: its file descriptor then leads to
     os.devnull, where a command's result would vanish without a word (zoo.cli.write_stdout asks first)."""
     return Console.lost.get(id(stream))
+
+
+def discard(stream) -> None:
+    """Lead `stream`'s file descriptor to os.devnull once it cannot be written: what it still buffers would fail
+    again as Python exits (`Exception ignored ... OSError`, exit 120). Nothing for a stream without a descriptor."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 
+from zoo.console import discard
 from zoo.files import replacing
 
 
@@ -126,7 +127,7 @@ def main() -> None:
             sys.stdout.write(json.dumps(reply) + "\n")
             sys.stdout.flush()
         except BrokenPipeError:  # the parent is gone (e.g. killed by a signal): nobody to answer, nothing to report
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # or Python's exit flush complains
+            discard(sys.stdout)
             return
 
 
