@@ -425,6 +425,35 @@ def test_the_best_step_is_the_later_one_on_a_tie(tmp_path, metric, mode, values)
     ckpts.close()
 
 
+# (step, accuracy) saved in order, every=2: the best early, a tie with a later step, a stop's unscored step, nan
+SAVES = {"best-early": [(2, 0.9), (4, 0.5), (6, 0.6), (8, 0.7), (10, 0.8)],
+         "tie": [(2, 0.5), (4, 0.7), (6, 0.7), (8, 0.6), (10, 0.6), (12, 0.4)],
+         "stopped": [(2, 0.4), (4, 0.3), (6, 0.5), (7, None), (8, 0.45), (10, 0.2)],
+         "nan": [(2, float("nan")), (4, 0.3), (6, float("nan")), (8, 0.2), (10, 0.1)]}
+
+
+@pytest.mark.parametrize("saves", list(SAVES.values()), ids=list(SAVES))
+def test_skipping_the_saves_the_policy_outlives_leaves_the_checkpoints_of_saving_them_all(tmp_path, saves):
+    """A population's writer skips a save when orbax would delete it once the saves due after it are made: the
+    steps on disk must end as they do when every save is made."""
+    def save_all(name, skip):
+        ckpts = Checkpoints(str(tmp_path / name), keep=2, keep_best=1, every=2, async_save=False)
+        made = []
+        for i, (step, acc) in enumerate(saves):
+            metrics = None if acc is None else {"accuracy": acc}
+            if skip and ckpts.outlived([(s, None if a is None else {"accuracy": a}) for s, a in saves[i:]]):
+                continue
+            ckpts.save(step, {"w": np.full(2, step, np.float32)}, {"step": step}, metrics=metrics)
+            made.append(step)
+        ckpts.close()
+        return made, ckpts.steps()
+
+    made_all, kept_all = save_all("all", skip=False)
+    made, kept = save_all("skipping", skip=True)
+    assert kept == kept_all
+    assert len(made) < len(made_all) and set(kept) <= set(made)
+
+
 def test_corrupt_latest_falls_back_only_for_latest(make_cfg, tmp_path, caplog):
     train(make_cfg("debug=smoke", "trainer.checkpoint_every=2"))
     run_dir = tmp_path / "run"

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import types
 
 import jax
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import SignalAtRead, subprocess_env
 
+from zoo.checkpoint import Checkpoints
 from zoo.data import TrainStream
 from zoo.data.feed import fold_mask
 from zoo.errors import UserError
@@ -23,6 +25,7 @@ from zoo.loop import NonFiniteLoss
 import zoo.population.train as population_train
 import zoo.train
 from zoo.population.grouping import group_indices
+from zoo.population.loop import CheckpointWriter
 from zoo.population.program import PopulationProgram
 from zoo.population.train import member_hyperparameters, train_population
 from zoo.preemption import Preempted
@@ -228,6 +231,77 @@ def test_a_member_still_waiting_for_its_resume_step_says_it_stopped_there(make_c
     monkeypatch.setattr(population_train, "stop_on_signals", lambda: contextlib.nullcontext(SignalAtRead(2)))
     stopped = train_population(cfgs)
     assert "at step 12;" in str(stopped[0]) and "at step 4;" in str(stopped[1]), stopped
+
+
+def test_checkpoints_written_behind_the_loop_end_as_the_solo_runs_with_the_outlived_ones_skipped(make_cfg,
+                                                                                                monkeypatch):
+    """With every write held until the end, each member's checkpoints are still its solo run's: its newest and its
+    best, which here is a different early step for each learning rate; the saves orbax would delete are not made."""
+    every_4 = ["optimizer=sgd", "trainer.max_steps=24", "trainer.eval_every=4", "trainer.checkpoint_every=4",
+               "trainer.log_every=4", "checkpoint.keep=1"]
+    grid = [("0.05", "0"), ("0.2", "0"), ("1.0", "0")]
+    cfgs = configs(make_cfg, "behind", *every_4, grid=grid)
+    monkeypatch.setattr(CheckpointWriter, "AHEAD", 100)
+    monkeypatch.setattr(CheckpointWriter, "LATE_S", 1e9)
+    made = []
+    save = Checkpoints.save
+    monkeypatch.setattr(Checkpoints, "save", lambda self, step, *a, **k: (made.append(step), save(self, step, *a, **k)))
+    assert all(isinstance(o, dict) for o in train_population(cfgs))
+    monkeypatch.setattr(Checkpoints, "save", save)
+    kept = []
+    for cfg, (lr, seed) in zip(cfgs, grid):
+        solo_cfg = make_cfg(*SMALL, *every_4, f"optimizer.learning_rate={lr}", f"seed={seed}", out=f"solo-{lr}")
+        train(solo_cfg)
+        steps = sorted(int(p.name) for p in (pathlib.Path(cfg.paths.output_dir) / "checkpoints").iterdir())
+        assert steps == sorted(int(p.name) for p in (pathlib.Path(solo_cfg.paths.output_dir) / "checkpoints").iterdir())
+        kept.append(steps)
+    assert len({tuple(k) for k in kept}) == 3 and all(len(k) == 2 and k[-1] == 24 for k in kept), kept  # bests differ
+    assert sorted(made) == sorted(sum(kept, []))  # 6 saves due per member, 2 made
+
+
+def fake_write(log: list, step: int, error=None):
+    def write():
+        if error is not None:
+            raise error
+        log.append(step)
+
+    write.step, write.metrics, write.outlived = step, None, lambda later: False
+    return write
+
+
+def eventually(condition, seconds=10.0) -> bool:
+    end = time.monotonic() + seconds
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.01)
+    return condition()
+
+
+def test_the_checkpoint_writer_holds_writes_until_ahead_are_due_or_the_oldest_is_late(monkeypatch):
+    member = types.SimpleNamespace(error=None)
+    written = []
+    monkeypatch.setattr(CheckpointWriter, "AHEAD", 2)
+    with CheckpointWriter() as writer:
+        writer.submit([(member, fake_write(written, 1))])
+        time.sleep(0.2)
+        assert written == []  # one boundary due, not late: held
+        writer.submit([(member, fake_write(written, 2)), (member, None)])
+        assert eventually(lambda: written == [1])  # two due: the oldest is written, the newer held
+        time.sleep(0.2)
+        assert written == [1]
+        writer.wait()
+        assert written == [1, 2]
+    monkeypatch.setattr(CheckpointWriter, "LATE_S", 0.3)
+    with CheckpointWriter() as writer:
+        writer.submit([(member, fake_write(written, 3))])
+        assert eventually(lambda: written[-1] == 3)  # late: written without a wait
+        writer.submit([(member, fake_write(written, 4, UserError("disk full")))])  # fails its member alone
+        writer.wait()
+        assert str(member.error) == "disk full"
+        writer.submit([(member, fake_write(written, 5, RuntimeError("bug")))])
+        with pytest.raises(RuntimeError, match="bug"):  # any other error reaches the loop's thread
+            writer.wait()
+        writer.submit([(member, fake_write(written, 6))])
+    assert written == [1, 2, 3, 6]  # closing writes what is due
 
 
 def test_a_signal_during_the_last_call_lets_the_members_finish(make_cfg, monkeypatch):

@@ -4,6 +4,7 @@ Orbax writes each step into a temporary directory and renames it when complete, 
 (kill -9, full disk) is never listed as a step: the previous one stays the latest.
 """
 import dataclasses
+import datetime
 import errno
 import json
 import logging
@@ -122,6 +123,13 @@ def _damaged_metrics(directory: str) -> list:
     return damaged
 
 
+@dataclasses.dataclass
+class _Due:  # a save not made yet, as orbax's preservation policies see a checkpoint
+    step: int
+    metrics: dict | None
+    time: datetime.datetime
+
+
 class StateMismatch(UserError):
     """The checkpoint holds a state of another structure or shapes than the run restoring it: not damage."""
 
@@ -139,13 +147,13 @@ class Checkpoints:
         def ranked(m):  # an undefined metric (nan) sorts anywhere: it would be kept as the best, the best deleted
             return worst if math.isnan(m[metric]) else m[metric]
 
-        policy = pp.AnyPreservationPolicy([
+        self.policy = pp.AnyPreservationPolicy([
             NewestRegular(n=keep, every=every),
             pp.BestN(get_metric_fn=ranked, reverse=mode == "min", n=keep_best, keep_checkpoints_without_metrics=False),
         ])
         # best_fn only makes orbax write each step's metrics to disk, so a reopened manager (a resumed run)
         # still knows which steps are the best; which steps are kept is the policy's decision alone
-        options = ocp.CheckpointManagerOptions(preservation_policy=policy, enable_async_checkpointing=async_save,
+        options = ocp.CheckpointManagerOptions(preservation_policy=self.policy, enable_async_checkpointing=async_save,
                                                best_fn=ranked, best_mode=mode,
                                                create=not read_only, read_only=read_only,
                                                cleanup_tmp_directories=not read_only)  # leftovers of killed saves
@@ -187,6 +195,14 @@ class Checkpoints:
         args = ocp.args.Composite(state=ocp.args.StandardSave(tree), meta=ocp.args.JsonSave(meta))
         self._surface_errors(lambda: self.manager.save(step, args=args, metrics=metrics, force=True), step)
         self._pending = step
+
+    def outlived(self, due: list) -> bool:
+        """Whether saving the first of `due` ((step, eval metrics) of saves to make in that order) is in vain: this
+        manager's policy deletes it once the others are saved. The policy keeps the newest steps and the best, so
+        a step it would delete among these it deletes among all the steps on disk too."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        infos = [_Due(step, metrics, now) for step, metrics in due]
+        return len(infos) > 1 and not self.policy.should_preserve(infos, context=pp.PreservationContext())[0]
 
     def delete(self, step: int) -> None:
         self.wait()

@@ -339,6 +339,13 @@ def _saver(cfg: DictConfig, ckpts, stream, total_steps: int, early=None, start_s
             ckpts.save(step, {"state": host_state, "sums": sums}, meta, metrics=eval_metrics)
             written.add(step)
 
+        def outlived(later: list) -> bool:
+            """Whether orbax would delete this checkpoint once `later` (writes of this run due after it, in order)
+            are saved, so that writing it is in vain. A step on disk or replaced is always written."""
+            return (bool(later) and not replace and step not in ckpts.steps()
+                    and ckpts.outlived([(step, eval_metrics)] + [(w.step, w.metrics) for w in later]))
+
+        write.step, write.metrics, write.outlived = step, eval_metrics, outlived
         return write
 
     def save(step, state, sums, eval_metrics=None, wait=False, replace=False, scheduled=None):

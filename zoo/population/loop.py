@@ -4,10 +4,11 @@ A member whose loss turns non-finite fails, one its sweep's pruner stops is prun
 is done: each is frozen (its rows are masked, so the step leaves its state as it is) while the others go on.
 Members resumed from different steps wait, masked, until the population reaches their step.
 """
+import collections
 import functools
 import logging
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import jax
@@ -44,13 +45,14 @@ class Member:
         return self.error is None and self.outputs.start_step <= step < self.end
 
 
-def fit_population(program, states, accs, members: list, hyper, cfg, total_steps: int, task, eval_set, stop,
+def fit_population(program, states, accs, members: list, hyper, cfg, total_steps: int, task, eval_set, stop, writer,
                    steps_per_call: int = DEFAULT_STEPS_PER_CALL):
     """Train every member to its end; returns (stacked device states, the last step run).
 
     `accs` holds each member's partial metric sums (restored ones after a resume). `eval_set` is the periodic
     split's (name, device batches, example count). `steps_per_call` is K when trainer.steps_per_call is
-    null (as zoo.train chooses it). Members that fail or are pruned get `error` set."""
+    null (as zoo.train chooses it). Members that fail or are pruned get `error` set. The checkpoints due go to
+    `writer` (a CheckpointWriter), which may still be writing them on return."""
     log_every = log_period(cfg)
     checkpoint_every, eval_every, each_step = cfg.checkpoint_every, cfg.eval_every, cfg.nan_check == "step"
     for m in members:
@@ -61,46 +63,42 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     writes = []  # (member, write): the checkpoints due at the last boundary, checked and described already
     if eval_every and step % eval_every == 0 and step < total_steps:  # members lengthened from a run ending here
         writes = _evals_at_start(program, states, accs, members, step, eval_set, task)
-    with ThreadPoolExecutor(1, thread_name_prefix="zoo-population-saves") as writer:
-        pending = None
-        while step < total_steps and any(m.error is None and step < m.end for m in members):
-            k = min(length, next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
-            idx, mask = _member_rows(members, step, k, length, program.size)
-            states, accs = program.train_chunk(states, accs, idx, mask, hyper)
-            _wait(pending)  # one boundary's writes at a time: orbax saves of one manager never overlap
-            pending = writer.submit(_write, writes) if writes else None
-            writes = []
-            step += k
-            saved_states = None
-            if step % log_every == 0 or step == total_steps:
-                accs = _log_train(program, accs, members, step, interval_start, time.perf_counter() - t_log, task,
-                                  each_step=each_step)
-                interval_start, t_log = step, time.perf_counter()
-            evals = {}
-            if eval_every and step % eval_every == 0 and step < total_steps:
-                evals, metrics = _periodic_eval(program, states, members, step, eval_set, task)
-                writes += _evals_at_start(program, states, accs, members, step, eval_set, task, metrics)
-            checkpoint_due = checkpoint_every and step % checkpoint_every == 0
-            stopping = bool(stop)  # read once: a signal during the loop below must reach every member or none
-            for i, m in enumerate(members):
-                if m.error is not None or step > m.end or m.outputs.start_step >= step:
-                    continue  # done before, or not yet started: nothing new to save
-                ended = step == m.end and step < total_steps  # early stopping ended it at this eval
-                pruned = i in evals and m.on_eval is not None and m.on_eval(step, evals[i])
-                scored = checkpoint_due or pruned or ended or (m.outputs.early is not None and i in evals)
-                if step < total_steps and (scored or stopping):
-                    if saved_states is None:
-                        saved_states = jax.device_get((states, accs))
-                    # a checkpoint taken only because of a stop carries no eval metrics (see zoo.loop.fit)
-                    writes.append(_prepare_write(m, step, member(saved_states[0], i), member(saved_states[1], i),
-                                                 evals.get(i) if scored else None))
-                if pruned and m.error is None:
-                    m.error = TrialPruned(f"pruned at step {step} by the sweep's pruner ({eval_set[0]}: "
-                                          f"{metric_summary(evals[i])})")
-            if stopping:
-                break
-        _wait(pending)
-    _write(writes)  # at the end or a stop: written before the members' outcomes are decided
+    while step < total_steps and any(m.error is None and step < m.end for m in members):
+        k = min(length, next_boundary(step, total_steps, log_every, eval_every, checkpoint_every) - step)
+        idx, mask = _member_rows(members, step, k, length, program.size)
+        states, accs = program.train_chunk(states, accs, idx, mask, hyper)
+        writer.submit(writes)  # while the chunk runs
+        writes = []
+        step += k
+        saved_states = None
+        if step % log_every == 0 or step == total_steps:
+            accs = _log_train(program, accs, members, step, interval_start, time.perf_counter() - t_log, task,
+                              each_step=each_step)
+            interval_start, t_log = step, time.perf_counter()
+        evals = {}
+        if eval_every and step % eval_every == 0 and step < total_steps:
+            evals, metrics = _periodic_eval(program, states, members, step, eval_set, task)
+            writes += _evals_at_start(program, states, accs, members, step, eval_set, task, metrics)
+        checkpoint_due = checkpoint_every and step % checkpoint_every == 0
+        stopping = bool(stop)  # read once: a signal during the loop below must reach every member or none
+        for i, m in enumerate(members):
+            if m.error is not None or step > m.end or m.outputs.start_step >= step:
+                continue  # done before, or not yet started: nothing new to save
+            ended = step == m.end and step < total_steps  # early stopping ended it at this eval
+            pruned = i in evals and m.on_eval is not None and m.on_eval(step, evals[i])
+            scored = checkpoint_due or pruned or ended or (m.outputs.early is not None and i in evals)
+            if step < total_steps and (scored or stopping):
+                if saved_states is None:
+                    saved_states = jax.device_get((states, accs))
+                # a checkpoint taken only because of a stop carries no eval metrics (see zoo.loop.fit)
+                writes.append(_prepare_write(m, step, member(saved_states[0], i), member(saved_states[1], i),
+                                             evals.get(i) if scored else None))
+            if pruned and m.error is None:
+                m.error = TrialPruned(f"pruned at step {step} by the sweep's pruner ({eval_set[0]}: "
+                                      f"{metric_summary(evals[i])})")
+        if stopping:
+            break
+    writer.submit(writes)  # at the end or a stop: train_population waits for them before deciding outcomes
     return states, step
 
 
@@ -224,20 +222,107 @@ def _prepare_write(m: Member, step: int, host_state, host_acc, eval_metrics):
         return m, None
 
 
-def _write(writes: list) -> None:
-    """Write the checkpoints due at a boundary: on the writer thread while the next chunks train, so that
-    orbax's work on the host overlaps the members' training instead of adding to it. A member whose write is
-    refused (a full disk) fails alone; the chunks already running train it on, but nothing more of it is
-    saved, and once the failure is seen its rows are masked."""
-    for m, write in writes:
-        if write is None:
-            continue
+class CheckpointWriter:
+    """The members' checkpoints, written behind the loop on a thread of their own, in the order they fall due.
+
+    An orbax save costs the host ~25 ms whatever the model, so a population of small models trains faster than
+    its members' checkpoints are written. A boundary's checkpoints wait until AHEAD boundaries are due or the
+    oldest has waited LATE_S seconds; then a save that a newer one of the same member already due would make orbax
+    delete (its policy keeps the newest and the best) is skipped. Each member's checkpoints end as its solo run's,
+    and are on disk at most LATE_S seconds (or AHEAD boundaries) after they fall due. A member whose write is
+    refused (a full disk) fails alone: the chunks already running train it on, but nothing more of it is saved,
+    and once the failure is seen its rows are masked."""
+
+    AHEAD = 4
+    LATE_S = 5.0
+
+    def __init__(self):
+        self._ready = threading.Condition()
+        self._queue = collections.deque()  # (time due, [(member, write), ...]) per boundary, oldest first
+        self._due = collections.defaultdict(list)  # id(member) -> its writes queued or being written, in order
+        self._writing = False
+        self._hurry = 0  # callers of wait(): write without waiting for more boundaries
+        self._closed = False
+        self._error = None  # an unexpected error of a write, raised on the loop's thread
+        self._thread = threading.Thread(target=self._run, name="zoo-population-saves", daemon=True)
+        self._thread.start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
         try:
-            write()
-        except UserError as e:
-            m.error = e
+            if exc[0] is None:
+                self.wait()
+        finally:
+            with self._ready:
+                self._closed = True
+                self._ready.notify_all()
+            self._thread.join()
 
+    def submit(self, writes: list) -> None:
+        """Queue one boundary's (member, write) pairs (write None: nothing to write); waits while AHEAD are due."""
+        writes = [(m, w) for m, w in writes if w is not None]
+        with self._ready:
+            self._ready.wait_for(lambda: len(self._queue) < self.AHEAD or self._error is not None)
+            self._raise()
+            if writes:
+                for m, w in writes:
+                    self._due[id(m)].append(w)
+                self._queue.append((time.monotonic(), writes))
+                self._ready.notify_all()
 
-def _wait(pending) -> None:
-    if pending is not None:
-        pending.result()  # a write's unexpected error is raised here, on the loop's thread
+    def wait(self) -> None:
+        """Every write submitted is done."""
+        with self._ready:
+            self._hurry += 1
+            self._ready.notify_all()
+            try:
+                self._ready.wait_for(lambda: not (self._queue or self._writing) or self._error is not None)
+            finally:
+                self._hurry -= 1
+            self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _next(self):
+        """The oldest boundary once it is time to write it; None once closed with nothing left."""
+        with self._ready:
+            while True:
+                if self._queue:
+                    late = self._queue[0][0] + self.LATE_S - time.monotonic()
+                    if self._hurry or self._closed or len(self._queue) >= self.AHEAD or late <= 0:
+                        self._writing = True
+                        return self._queue.popleft()[1]
+                elif self._closed:
+                    return None
+                self._ready.wait(late if self._queue else None)
+
+    def _run(self) -> None:
+        while (writes := self._next()) is not None:
+            error = None
+            try:
+                self._write(writes)
+            except BaseException as e:  # noqa: BLE001 — handed to the loop's thread
+                error = e
+            with self._ready:
+                self._error = self._error or error
+                self._writing = False
+                self._ready.notify_all()
+
+    def _write(self, writes: list) -> None:
+        for m, write in writes:
+            with self._ready:
+                due = self._due[id(m)]
+                later = due[due.index(write) + 1:]
+            try:
+                if not write.outlived(later):
+                    write()
+            except UserError as e:
+                m.error = e
+            finally:
+                with self._ready:
+                    due.remove(write)

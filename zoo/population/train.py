@@ -25,7 +25,7 @@ from zoo.outputs import open_outputs
 from zoo.parallel import check_batch_divides, cpu_cores, select_devices
 from zoo.population.grouping import check_one_group
 from zoo.population.logs import MemberLogs, member_lines
-from zoo.population.loop import Member, evaluate_members, fit_population
+from zoo.population.loop import CheckpointWriter, Member, evaluate_members, fit_population
 from zoo.population.program import PopulationProgram, member, stack
 from zoo.preemption import preempted, stop_on_signals
 from zoo.state import create_state
@@ -263,11 +263,13 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
             log_ema(c)
     log.info("population of %d members on %d device(s), %d steps", len(run), program.num_devices, total_steps)
     t_fit = time.perf_counter()
-    with stop_on_signals() as stop:  # held until the members finish: a signal then lets them finish
+    # signals are held until the members finish: a signal then lets them finish
+    with stop_on_signals() as stop, CheckpointWriter() as writer:
         states, step = fit_population(program, states, accs, run, hyper, cfg.trainer, total_steps, task,
-                                      (periodic, *eval_sets[periodic]), stop, steps_per_call)
+                                      (periodic, *eval_sets[periodic]), stop, writer, steps_per_call)
         stopped = bool(stop)
         if stopped:  # a member the signal stopped before its end was saved there; one already complete finishes
+            writer.wait()
             for m in (m for m in run if m.error is None and m.outputs.start_step < m.end and step < m.end):
                 try:
                     if m.outputs.ckpts:
@@ -280,17 +282,20 @@ def _train(program, run: list, cfgs: list, hypers: list, task, total_steps: int,
                     m.error = e
             if all(m.error is not None for m in run):
                 return
-        _finish(program, run, cfgs, states, task, total_steps, eval_sets, model, t0, time.perf_counter() - t_fit)
+        _finish(program, run, cfgs, states, task, total_steps, eval_sets, model, t0, time.perf_counter() - t_fit,
+                writer)
         if stop and not stopped:  # it came while the members finished: finishing was quicker than stopping
             log.info("%s arrived while the population finished; its complete members finished first",
                      signal.Signals(stop.signum).name)
 
 
 def _finish(program, run: list, cfgs: list, states, task, total_steps: int, eval_sets: dict, model: dict, t0: float,
-            fit_seconds: float) -> None:
+            fit_seconds: float, writer) -> None:
     """The members trained to their end get their final evals, checkpoints and results.json (m.results)."""
     periodic = next(iter(eval_sets))
     host = jax.device_get(states)
+    if any(m.outputs.early is not None for m in run):
+        writer.wait()  # early stopping reports a member's best checkpoint, read back from disk
     finals = _reported_states(program, run, host, eval_sets[periodic], task)
     placed = program.put_members(stack(_padded(finals, program.size)))
     split_metrics = {s: evaluate_members(program, placed, b, count, task, len(run)) for s, (b, count) in
@@ -300,7 +305,7 @@ def _finish(program, run: list, cfgs: list, states, task, total_steps: int, eval
     for i, m in enumerate(run):  # their curves.png are drawn by the drawing children while the saves run here
         if m.error is None:
             m.outputs.log_final(m.end, {s: v[i] for s, v in split_metrics.items()})
-    _save_finals(run, finals, split_metrics)
+    _save_finals(run, finals, split_metrics, writer)
     for i, (m, c) in enumerate(zip(run, cfgs)):
         if m.error is not None:
             continue
@@ -319,16 +324,20 @@ def _finish(program, run: list, cfgs: list, states, task, total_steps: int, eval
             m.error = e
 
 
-def _save_finals(run: list, finals: list, split_metrics: dict) -> None:
-    """Every member's final checkpoint written at once, then waited for: one after another, each waited for
-    in RunOutputs.finish, they would not overlap. finish then finds the step saved and writes results.json."""
+def _save_finals(run: list, finals: list, split_metrics: dict, writer) -> None:
+    """Every member's final checkpoint written after the ones still due, then waited for: orbax writes each in the
+    background, so the members' overlap. finish then finds the step saved and writes results.json."""
     due = [(i, m) for i, m in enumerate(run) if m.error is None and m.outputs.early is None]
     periodic = next(iter(split_metrics.values()))
+    writes = []
     for i, m in due:
-        try:  # non-finite parameters or a full disk fail this member alone; its earlier checkpoints stay
-            m.outputs.save(m.outputs.total_steps, finals[i], m.outputs.zero_sums, periodic[i])
+        try:  # non-finite parameters (here) or a full disk (on the writer) fail this member alone
+            outputs = m.outputs
+            writes.append((m, outputs.save.later(outputs.total_steps, finals[i], outputs.zero_sums, periodic[i])))
         except UserError as e:
             m.error = e
+    writer.submit(writes)
+    writer.wait()
     for _, m in due:
         try:
             if m.error is None and m.outputs.ckpts:
