@@ -233,7 +233,7 @@ class CheckpointWriter:
     refused (a full disk) fails alone: the chunks already running train it on, but nothing more of it is saved,
     and once the failure is seen its rows are masked."""
 
-    AHEAD = 4
+    AHEAD = 8
     LATE_S = 5.0
 
     def __init__(self):
