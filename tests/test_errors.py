@@ -166,6 +166,8 @@ BAD_VALUES = [
                             r"one, e\.g\. optimizer=adamw\.$"),
     ("schedule=warmup_cosine schedule.end_value=-1", r"schedule\.end_value must be a finite learning rate >= 0, "
                                                      r"got -1\."),
+    ("schedule=warmup_cosine +schedule.exponent=-1",  # the decay would rise instead, to inf at the run's end
+     r"schedule\.exponent must be a positive finite number, got -1\."),
     ("optimizer.weight_decay=-0.1", r"optimizer\.weight_decay must be >= 0, got -0\.1\."),
     ("optimizer.weight_decay=null", r"optimizer\.weight_decay must be >= 0, got None\."),  # a traceback in the step
     ("+optimizer.b1=null", r"optimizer\.b1 must be in \[0, 1\), got None\."),

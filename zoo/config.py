@@ -355,6 +355,8 @@ def validate(cfg: DictConfig, new_run: bool = True) -> None:
     for key, value in (cfg.schedule or {}).items():
         _require(not key.endswith("_value") or (is_number(value) and 0 <= value < math.inf),
                  f"schedule.{key} must be a finite learning rate >= 0, got {value!r}.")
+    exponent = (cfg.schedule or {}).get("exponent", 1.0)  # optax's cosine decay; <= 0 rises instead, to inf at the end
+    _require(is_positive_finite(exponent), f"schedule.exponent must be a positive finite number, got {exponent!r}.")
     _validate_model(cfg.model)
     validate_metrics(cfg)
     if new_run:  # a run saved so still reads in eval.py: its checkpoints are what they are
