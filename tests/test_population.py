@@ -302,6 +302,10 @@ def test_the_checkpoint_writer_holds_writes_until_ahead_are_due_or_the_oldest_is
             writer.wait()
         writer.submit([(member, fake_write(written, 6))])
     assert written == [1, 2, 3, 6]  # closing writes what is due
+    with pytest.raises(KeyboardInterrupt), CheckpointWriter() as writer:
+        writer.submit([(member, fake_write(written, 7))])
+        raise KeyboardInterrupt  # closed by an error: what waits is dropped
+    assert written == [1, 2, 3, 6]
 
 
 def test_a_signal_during_the_last_call_lets_the_members_finish(make_cfg, monkeypatch):

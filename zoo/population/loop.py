@@ -256,6 +256,8 @@ class CheckpointWriter:
                 self.wait()
         finally:
             with self._ready:
+                if exc[0] is not None:  # e.g. a second Ctrl-C: only the boundary being written is finished
+                    self._queue.clear()
                 self._closed = True
                 self._ready.notify_all()
             self._thread.join()
