@@ -294,18 +294,22 @@ def test_the_checkpoint_writer_holds_writes_until_ahead_are_due_or_the_oldest_is
     with CheckpointWriter() as writer:
         writer.submit([(member, fake_write(written, 3))])
         assert eventually(lambda: written[-1] == 3)  # late: written without a wait
-        writer.submit([(member, fake_write(written, 4, UserError("disk full")))])  # fails its member alone
+        other = types.SimpleNamespace(error=None)
+        # a refused write fails its member alone, and nothing more of it is written
+        writer.submit([(member, fake_write(written, 4, UserError("disk full"))), (other, fake_write(written, 5))])
+        writer.submit([(member, fake_write(written, 6)), (other, fake_write(written, 7))])
         writer.wait()
-        assert str(member.error) == "disk full"
-        writer.submit([(member, fake_write(written, 5, RuntimeError("bug")))])
+        assert str(member.error) == "disk full" and other.error is None
+        assert written == [1, 2, 3, 5, 7]
+        writer.submit([(other, fake_write(written, 8, RuntimeError("bug")))])
         with pytest.raises(RuntimeError, match="bug"):  # any other error reaches the loop's thread
             writer.wait()
-        writer.submit([(member, fake_write(written, 6))])
-    assert written == [1, 2, 3, 6]  # closing writes what is due
+        writer.submit([(other, fake_write(written, 9))])
+    assert written == [1, 2, 3, 5, 7, 9]  # closing writes what is due
     with pytest.raises(KeyboardInterrupt), CheckpointWriter() as writer:
-        writer.submit([(member, fake_write(written, 7))])
+        writer.submit([(other, fake_write(written, 10))])
         raise KeyboardInterrupt  # closed by an error: what waits is dropped
-    assert written == [1, 2, 3, 6]
+    assert written == [1, 2, 3, 5, 7, 9]
 
 
 def test_a_signal_during_the_last_call_lets_the_members_finish(make_cfg, monkeypatch):
@@ -483,9 +487,12 @@ def test_a_member_whose_checkpoint_cannot_be_written_fails_alone(make_cfg, monke
         return save(self, step, *args, **kwargs)
 
     monkeypatch.setattr(Checkpoints, "save", full_disk_for_one)
-    outcomes = train_population(configs(make_cfg, "pop", "optimizer=sgd"))
+    cfgs = configs(make_cfg, "pop", "optimizer=sgd")
+    outcomes = train_population(cfgs)
     assert isinstance(outcomes[2], UserError) and "no space left" in str(outcomes[2])
     assert [o["steps"] for o in outcomes[:2]] == [12, 12]
+    # nothing more of it is saved, though its final checkpoint was due before its refused one was written
+    assert not any(p.name.isdigit() for p in (pathlib.Path(cfgs[2].paths.output_dir) / "checkpoints").iterdir())
 
 
 def test_a_member_with_a_bad_value_fails_alone(make_cfg):

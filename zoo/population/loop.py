@@ -240,6 +240,7 @@ class CheckpointWriter:
         self._ready = threading.Condition()
         self._queue = collections.deque()  # (time due, [(member, write), ...]) per boundary, oldest first
         self._due = collections.defaultdict(list)  # id(member) -> its writes queued or being written, in order
+        self._refused = set()  # id(member) of those whose write was refused: nothing more of them is written
         self._writing = False
         self._hurry = 0  # callers of wait(): write without waiting for more boundaries
         self._closed = False
@@ -321,10 +322,11 @@ class CheckpointWriter:
                 due = self._due[id(m)]
                 later = due[due.index(write) + 1:]
             try:
-                if not write.outlived(later):
+                if id(m) not in self._refused and not write.outlived(later):
                     write()
             except UserError as e:
                 m.error = e
+                self._refused.add(id(m))  # its later writes, already due, are not made either
             finally:
                 with self._ready:
                     due.remove(write)
