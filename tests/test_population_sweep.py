@@ -3,6 +3,7 @@ launcher's, eval.py on a member, a diverging member failing alone, Optuna batche
 import json
 import pathlib
 import re
+import signal
 import sys
 import time
 
@@ -11,7 +12,10 @@ from omegaconf import OmegaConf
 
 import commands
 from conftest import ROOT, subprocess_env
+from test_population import records
 from test_sweeps import multirun, study_trials, summary_rows
+
+from zoo.checkpoint import Checkpoints
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +252,6 @@ def test_sigterm_saves_every_member_and_the_same_command_resumes(data_dir, make_
     import signal
 
     from test_cli import TINY, start, wait_for_lines
-    from zoo.checkpoint import Checkpoints
     from zoo.population.train import train_population
 
     sweep = tmp_path / "sweep"
@@ -296,7 +299,6 @@ def test_sigterm_in_an_optuna_sweep_and_the_same_command_continues_its_trials(da
     import optuna
 
     from test_cli import TINY, start, wait_for_lines
-    from zoo.checkpoint import Checkpoints
 
     sweep = tmp_path / "sweep"
     args = ["-m", *TINY, "trainer.max_steps=3000", "trainer.log_every=1", "trainer.checkpoint_every=1000",
@@ -334,7 +336,6 @@ def final_states(run_dir, cfg) -> list:
     import jax
     import numpy as np
 
-    from zoo.checkpoint import Checkpoints
     from zoo.train import build
 
     run = build(cfg)
@@ -391,3 +392,41 @@ def test_a_members_log_goes_where_hydra_job_logging_puts_a_solo_jobs(data_dir, t
         assert "population of 2 members" in log and log.count("test: loss=") == 1, log
         assert re.findall(r"\] - run directory: (.*)", log) == [str(elsewhere / str(job))]
         assert not (sweep / str(job) / "train.log").exists() and not (elsewhere / str(job) / "train.log").exists()
+
+
+# train.py with orbax's final rename of step KILL_AT replaced by SIGKILL: the process dies in its first save of that
+# step, while the members' later checkpoints still wait behind the training (zoo.population.loop.CheckpointWriter)
+KILL_IN_SAVE = """
+import os, runpy, signal, sys
+from orbax.checkpoint._src.path import atomicity
+rename = atomicity.AtomicRenameTemporaryPath.finalize
+async def finalize(self):
+    if self._final_path.name == os.environ["KILL_AT"]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return await rename(self)
+atomicity.AtomicRenameTemporaryPath.finalize = finalize
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_a_population_killed_with_checkpoints_still_waiting_resumes_to_its_uninterrupted_results(data_dir, tmp_path):
+    every_4 = ["debug=smoke", "hydra/launcher=population", "optimizer=sgd", "optimizer.learning_rate=0.05,0.2",
+               "seed=0", "trainer.max_steps=24", "trainer.log_every=4", "trainer.eval_every=4",
+               "trainer.checkpoint_every=4", "checkpoint.keep=1000"]
+    multirun(data_dir, tmp_path / "whole", *every_4)
+    cut = tmp_path / "cut"
+    killed = commands.run([sys.executable, "-c", KILL_IN_SAVE, "-m", *every_4, f"hydra.sweep.dir={cut}"], cwd=ROOT,
+                          env={**subprocess_env(data_dir), "KILL_AT": "16"}, capture_output=True, text=True,
+                          timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    for job in ("0", "1"):  # the members trained to the end before their checkpoints from step 16 on were written
+        assert "population step 24" in (cut / job / "train.log").read_text()
+        assert Checkpoints(str(cut / job / "checkpoints"), read_only=True).steps() == [4, 8, 12]
+    multirun(data_dir, cut, *every_4)
+    for job in ("0", "1"):
+        resumed, whole = (json.loads((d / job / "results.json").read_text()) for d in (cut, tmp_path / "whole"))
+        assert resumed["start_step"] == 12
+        assert resumed["test"] == whole["test"]
+        assert records(cut / job) == records(tmp_path / "whole" / job)
+        assert Checkpoints(str(cut / job / "checkpoints"), read_only=True).steps() == [4, 8, 12, 16, 20, 24]
