@@ -103,3 +103,20 @@ class SignalAtRead:
         if self.reads >= self.n:
             self.signum = signal.SIGTERM
         return self.signum is not None
+
+
+# train.py with orbax's final rename of step KILL_AT replaced by SIGKILL: the process dies mid-save, its
+# temporary directory fully written but never renamed, the worst moment for a kill. Run it as
+# `python -c KILL_IN_SAVE <train.py's arguments>` with KILL_AT in the environment.
+KILL_IN_SAVE = """
+import os, runpy, signal, sys
+from orbax.checkpoint._src.path import atomicity
+rename = atomicity.AtomicRenameTemporaryPath.finalize
+async def finalize(self):
+    if self._final_path.name == os.environ["KILL_AT"]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return await rename(self)
+atomicity.AtomicRenameTemporaryPath.finalize = finalize
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import commands
-from conftest import ROOT, subprocess_env
+from conftest import KILL_IN_SAVE, ROOT, subprocess_env
 from zoo.checkpoint import Checkpoints
 from zoo.train import build, train
 
@@ -358,22 +358,6 @@ def test_the_sweep_ending_callback_leaves_single_runs_and_launcher_children_alon
     with pytest.raises(SystemExit) as done:
         callback.on_job_end(config=None, job_return=None)
     assert done.value.code == 128 + signal.SIGTERM and "rerun the same multirun command" in capsys.readouterr().err
-
-
-# train.py with orbax's final rename of step KILL_AT replaced by SIGKILL: the process dies mid-save, its
-# temporary directory fully written but never renamed, the worst moment for a kill.
-KILL_IN_SAVE = """
-import os, runpy, signal, sys
-from orbax.checkpoint._src.path import atomicity
-rename = atomicity.AtomicRenameTemporaryPath.finalize
-async def finalize(self):
-    if self._final_path.name == os.environ["KILL_AT"]:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return await rename(self)
-atomicity.AtomicRenameTemporaryPath.finalize = finalize
-sys.argv = ["train.py", *sys.argv[1:]]
-runpy.run_path("train.py", run_name="__main__")
-"""
 
 
 def test_kill_9_during_a_save_leaves_only_complete_checkpoints(data_dir, make_cfg, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import commands
-from conftest import ROOT, subprocess_env
+from conftest import KILL_IN_SAVE, ROOT, subprocess_env
 from test_population import records
 from test_sweeps import multirun, study_trials, summary_rows
 
@@ -392,22 +392,6 @@ def test_a_members_log_goes_where_hydra_job_logging_puts_a_solo_jobs(data_dir, t
         assert "population of 2 members" in log and log.count("test: loss=") == 1, log
         assert re.findall(r"\] - run directory: (.*)", log) == [str(elsewhere / str(job))]
         assert not (sweep / str(job) / "train.log").exists() and not (elsewhere / str(job) / "train.log").exists()
-
-
-# train.py with orbax's final rename of step KILL_AT replaced by SIGKILL: the process dies in its first save of that
-# step, while the members' later checkpoints still wait behind the training (zoo.population.loop.CheckpointWriter)
-KILL_IN_SAVE = """
-import os, runpy, signal, sys
-from orbax.checkpoint._src.path import atomicity
-rename = atomicity.AtomicRenameTemporaryPath.finalize
-async def finalize(self):
-    if self._final_path.name == os.environ["KILL_AT"]:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return await rename(self)
-atomicity.AtomicRenameTemporaryPath.finalize = finalize
-sys.argv = ["train.py", *sys.argv[1:]]
-runpy.run_path("train.py", run_name="__main__")
-"""
 
 
 def test_a_population_killed_with_checkpoints_still_waiting_resumes_to_its_uninterrupted_results(data_dir, tmp_path):
