@@ -73,6 +73,21 @@ def test_summary_counts_parameters_and_reports_xla_flops(make_cfg, tmp_path, cap
     assert streamed["model"]["train_step_flops"] == pytest.approx(model["train_step_flops"], rel=0.01)
 
 
+def test_where_a_lowering_has_no_cost_analysis_the_flops_are_those_of_its_program_lowered_on_the_cpu(
+        make_cfg, monkeypatch):
+    """A TPU's lowering reports no cost analysis (a PJRT plug-in analyses compiled programs only): the summary
+    counts the same programs lowered for the host's CPU, as many FLOPs as the backend's own count would be."""
+    counted = train(make_cfg("debug=smoke", "logger.summary=true", out="own"))["model"]
+    analyse = jax.stages.Lowered.cost_analysis
+    # as on a TPU: only a lowering made on the CPU device by choice reports its cost
+    monkeypatch.setattr(jax.stages.Lowered, "cost_analysis",
+                        lambda self: analyse(self) if jax.config.jax_default_device is not None else None)
+    model = train(make_cfg("debug=smoke", "logger.summary=true", out="plugin"))["model"]
+    assert model["train_step_flops"] == counted["train_step_flops"] > 0
+    assert model["eval_flops_per_example"] == counted["eval_flops_per_example"] > 0
+    assert model["achieved_gflop_s"] > 0
+
+
 @pytest.mark.parametrize("model", ["model=linear", "model.dropout=0.5", "model=mlp"])
 def test_a_k_step_calls_flops_count_is_one_steps(make_cfg, model):
     """XLA counts a K-step call's loop body once but its work before the loop whole (the rows' indices, the

@@ -12,6 +12,8 @@ whose count is exactly one step's; tests/test_trainer_features.py checks both ag
 arithmetic. Under pmap each device runs its own program; the figures are summed over devices, so work
 every device repeats (the optimizer update on replicated parameters) counts once per device: what the
 hardware does. A sharded program is lowered whole, before XLA splits it over the devices: counted once.
+A TPU's lowerings have no cost analysis (JAX analyses only its compiled programs): there the same programs
+are lowered for the host's CPU and counted, except parallel=sharded's, bound to the TPU's devices (n/a).
 """
 import logging
 from collections import defaultdict
@@ -41,10 +43,32 @@ def xla_flops(fn, *args):
 
     The lowered program is analysed, not compiled: compiling the one-step program only to count its FLOPs cost
     every run 0.3 s (MLP) to 1 s (CNN); the counts differ from the optimised program's by 0.1-1.5%."""
-    cost = fn.lower(*args).cost_analysis()
+    flops = _flops(fn.lower(*args))
+    if flops is None:
+        # a PJRT plug-in's lowering (the TPU's) has no cost analysis, only its compiled program has: the same
+        # program lowered for the host's CPU is counted instead of compiling it for the count alone
+        flops = _flops_on_cpu(fn, args)
+    return flops
+
+
+def _flops(lowered):
+    cost = lowered.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # older JAX: one dict per program
     flops = (cost or {}).get("flops", -1.0)
     return float(flops) if flops > 0 else None
+
+
+def _flops_on_cpu(fn, args):
+    """FLOPs of fn lowered for args' shapes on the CPU; None where it cannot be (a program bound to devices by
+    its shardings, as parallel=sharded's): the summary then says n/a."""
+    def abstract(x):
+        return jax.ShapeDtypeStruct(np.shape(x), x.dtype) if isinstance(x, (jax.Array, np.ndarray)) else x
+
+    try:
+        with jax.default_device(jax.local_devices(backend="cpu")[0]):
+            return _flops(fn.lower(*jax.tree.map(abstract, args)))
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def summarize(run, state, flops: bool = True, call_length: int = 1, dropout: bool = False) -> dict:
