@@ -13,7 +13,7 @@ arithmetic. Under pmap each device runs its own program; the figures are summed 
 every device repeats (the optimizer update on replicated parameters) counts once per device: what the
 hardware does. A sharded program is lowered whole, before XLA splits it over the devices: counted once.
 A TPU's lowerings have no cost analysis (JAX analyses only its compiled programs): there the same programs
-are lowered for the host's CPU and counted, except parallel=sharded's, bound to the TPU's devices (n/a).
+are lowered for the host's CPU and counted, except sharded and pmapped ones, bound to the TPU's devices (n/a).
 """
 import logging
 from collections import defaultdict
