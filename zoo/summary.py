@@ -67,7 +67,7 @@ def _flops_on_cpu(fn, args):
     try:
         with jax.default_device(jax.local_devices(backend="cpu")[0]):
             return _flops(fn.lower(*jax.tree.map(abstract, args)))
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 — a program bound to devices lowers on them alone: n/a, as before
         return None
 
 
