@@ -2,21 +2,53 @@
 import contextlib
 import json
 import os
+import socket
 import threading
+
+_HOST = socket.gethostname()
 
 
 @contextlib.contextmanager
 def replacing(path: str):
     """Yields a path to write instead of `path`; on success it replaces `path`, on failure it is removed. The name
-    is the process's and thread's own: several processes may update one file (a sweep's summary under a parallel
-    launcher)."""
-    staging = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
+    is the host's, process's and thread's own: several processes may update one file (a sweep's summary under a
+    parallel launcher, on several machines under SLURM). What a killed process (kill -9) left beside `path` is
+    removed first."""
+    _remove_abandoned_staging(path)
+    staging = f"{path}.{_HOST}-{os.getpid()}-{threading.get_ident()}.tmp"
     try:
         yield staging
         os.replace(staging, path)
     finally:
         if os.path.exists(staging):
             os.unlink(staging)
+
+
+def _remove_abandoned_staging(path: str) -> None:
+    """Remove the staging files of `path` written on this host by processes that no longer run. Another host's are
+    left alone: its process ids mean nothing here."""
+    folder, name = os.path.split(os.path.abspath(path))
+    prefix = f"{name}.{_HOST}-"
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for n in names:
+        pid = n[len(prefix):-len(".tmp")].split("-")[0]
+        if pid.isdigit() and not process_runs(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, n))
+
+
+def process_runs(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (this one's included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's process
+        return True
+    return True
 
 
 def write_text(path: str, text: str) -> None:

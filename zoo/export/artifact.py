@@ -24,7 +24,7 @@ from zoo.errors import UserError
 from zoo.ema import with_averaged_params
 from zoo.evaluate import restore_run, warn_if_unfinished
 from zoo.export.inference import INPUT_DTYPE, export_function, inference_function, output_names
-from zoo.files import load_json
+from zoo.files import load_json, process_runs
 from zoo.loop import evaluate as eval_loop, metric_summary
 from zoo.parallel.distributed import is_primary
 from zoo.run_dirs import newest_step
@@ -120,15 +120,7 @@ STAGING = re.compile(r"\.export-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]{8}(?P<previo
 
 def _running(pid: int) -> bool:
     """Whether another process `pid` runs on this machine (this one's is no other export: it writes none yet)."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process: running
-        return True
-    return True
+    return pid != os.getpid() and process_runs(pid)
 
 
 def _remove_stale_staging(final: str) -> None:
