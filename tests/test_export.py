@@ -644,6 +644,23 @@ def test_a_copied_export_folder_is_not_taken_for_a_run(make_cfg, exported_run, t
     assert sorted(p.name for p in served.iterdir()) == ["model.jax", "signature.json"]
 
 
+def test_the_export_of_a_copied_run_names_the_copy_as_its_run(make_cfg, exported_run, tmp_path):
+    """A run copied elsewhere (e.g. to a disk with room) and exported there: its signature names the copy, the run
+    it was read from, which a copy of that export/ then points to; it named the original, which may be gone."""
+    run_dir, _ = exported_run
+    moved = tmp_path / "moved"
+    shutil.copytree(run_dir, moved, ignore=shutil.ignore_patterns("export"))
+    export(make_cfg(f"run_dir={moved}", config_name="export"))
+    signature = json.loads((moved / "export" / "signature.json").read_text())
+    assert signature["config"]["paths"]["output_dir"] == str(moved)
+    original = json.loads((run_dir / "export" / "signature.json").read_text())
+    assert original["config"]["paths"]["output_dir"] == str(run_dir)  # the copy's export changed nothing there
+    served = tmp_path / "served"
+    shutil.copytree(moved / "export", served)
+    with pytest.raises(UserError, match=rf"pass the run it was exported from, run_dir={moved}\.$"):
+        evaluate(make_cfg(f"run_dir={served}", config_name="eval"))
+
+
 def test_predict_given_a_folder_of_runs_or_an_eval_commands_directory_names_a_run(tmp_path):
     """outputs/, outputs/<date>/, multirun/ and outputs/eval/<date>/<time> were told `run python export.py
     run_dir=<that folder> first`, which export.py refuses: the exported runs to choose from, each named, not one

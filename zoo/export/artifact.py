@@ -3,6 +3,7 @@
 The directory is written next to the run under a temporary name and renamed into place when complete,
 so a failed or interrupted export leaves the previous export (or none), never a partial one."""
 import contextlib
+import copy
 import errno
 import hashlib
 import json
@@ -234,7 +235,9 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
     exported = export_function(predict, run.data.input_shape, cfg.platforms)
     test_metrics = eval_loop(run.compiled.mode.put_state(state), run.compiled, *run.eval_sets["test"])
     model = bytes(exported.serialize())
-    signature = signature_of(exported, run.data, step, test_metrics, meta["config"], model)
+    config = copy.deepcopy(meta["config"])
+    config["paths"]["output_dir"] = os.path.abspath(cfg.run_dir)  # the run read, where a copied run's names another
+    signature = signature_of(exported, run.data, step, test_metrics, config, model)
     # how far the run had trained: predict.py warns once it has trained on (zoo.export.predict._warn_if_trained_on);
     # a run not finished yet (no results.json) had trained to its newest checkpoint, and may still finish
     finished = (load_json(os.path.join(cfg.run_dir, "results.json")) or {}).get("steps")
