@@ -303,6 +303,38 @@ def test_a_process_lost_mid_run_ends_the_other_in_one_sentence_with_its_checkpoi
     assert Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()
 
 
+def test_a_process_that_stops_answering_ends_the_others_in_one_sentence_after_distributed_lost_after_s(data_dir,
+                                                                                                        tmp_path):
+    """With two CPU devices a process, gloo's collective waited for a lost process without end (a process stopped
+    with SIGSTOP keeps its connections open: the same wait, every time). Its heartbeat stops, and the other ends."""
+    from test_cli import wait_for_lines
+    from zoo.checkpoint import Checkpoints
+
+    run_dir = tmp_path / "run"
+    args = ["debug=smoke", "parallel=sharded", "trainer.epochs=1000", "trainer.max_steps=100000", "trainer.log_every=1",
+            "trainer.checkpoint_every=5", "trainer.steps_per_call=1", "distributed.lost_after_s=5",
+            f"hydra.run.dir={run_dir}"]
+    procs = start_two("train.py", args, data_dir, cpu_devices=(2, 2))
+    try:
+        wait_for_lines(run_dir / "metrics.jsonl", 12, procs[0])
+        procs[1].send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        out = procs[0].communicate(timeout=60)[0]
+        waited = time.monotonic() - stopped
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[0].returncode == 2, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert re.fullmatch(
+        r"error: another process of this multi-process run stopped mid-run \(killed, or out of memory; no word from "
+        r"process 1 for [5-9] s\), and this one stops with it; its checkpoints in "
+        + re.escape(str(run_dir / "checkpoints")) + r" are kept: start every process again with the same command to "
+        r"resume\.", out.strip().splitlines()[-1]), out[-3000:]
+    assert 4 < waited < 30
+    assert Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()
+
+
 def start_told(counts: list, run_dir, data_dir, *extra) -> list:
     """Processes 0, 1, ... of one run, on one free port, process i told distributed.num_processes=counts[i]."""
     port = free_port()

@@ -229,6 +229,13 @@ BAD_VALUES = [
      r"^distributed\.timeout_s must be a positive number of seconds, got 0\.$"),
     ("distributed=auto distributed.timeout_s=-1",
      r"^distributed\.timeout_s must be a positive number of seconds, got -1\.$"),
+    ("parallel=sharded distributed=explicit distributed.coordinator_address=localhost:12355 "
+     "distributed.num_processes=2 distributed.process_id=1 distributed.lost_after_s=1",  # a busy peer taken for lost
+     r"^distributed\.lost_after_s must be at least 5 seconds \(each process writes its heartbeat once a second\), "
+     r"got 1\.0\.$"),
+    ("distributed=auto distributed.lost_after_s=nan",
+     r"^distributed\.lost_after_s must be at least 5 seconds \(each process writes its heartbeat once a second\), "
+     r"got nan\.$"),
     ("parallel=pmap distributed=explicit distributed.coordinator_address=localhost:12355 "
      "distributed.num_processes=2 distributed.process_id=0",  # was refused only once every peer had joined
      r"^parallel\.mode=pmap runs in one process; distributed\.num_processes=2 needs parallel=sharded\.$"),

@@ -592,7 +592,17 @@ def exit_if_a_process_is_lost(e: BaseException, output_dir: str | None) -> None:
     distributed = sys.modules.get("zoo.parallel.distributed")  # imported where processes may have joined
     lost = distributed.lost_process(e, output_dir) if distributed else None
     if lost is not None:
-        _exit(str(lost), lost.exit_code, hard=True)
+        exit_at_once(lost)
+
+
+_last_word = threading.Lock()
+
+
+def exit_at_once(error: UserError) -> None:
+    """End the process now with `error`'s sentence, from any thread, without finalising Python; a second caller
+    (another thread that met the same end) waits for the first one's exit: one sentence is printed."""
+    _last_word.acquire()
+    _exit(str(error), error.exit_code, hard=True)
 
 
 def _exit_if_the_users(e: BaseException, resume: str | None = None) -> None:

@@ -12,10 +12,12 @@ import time
 
 import jax
 import numpy as np
+from jax._src import distributed as jax_distributed  # its client: the processes' key-value store
 from jax.experimental import multihost_utils
 
 from zoo.config import coordinator_host
 from zoo.errors import ProcessesNotJoined, UserError
+from zoo.parallel import heartbeats
 
 
 # The sentence of a join that timed out in this process: JAX's client is set (is_initialized() says so) but never
@@ -57,6 +59,7 @@ def init_distributed(cfg, run_dir=None) -> None:
                       f"Kubernetes, TPU pods){none}; run the command inside a cluster job, or use distributed=explicit "
                       "with distributed.coordinator_address, distributed.num_processes and distributed.process_id")
         raise UserError(f"jax.distributed could not start with distributed={cfg.mode} ({e}); {advice}.") from None
+    _watch_peers(cfg, run_dir)
     if not is_primary():  # the processes share one run dir: its train.log is process 0's, as its other files
         root = logging.getLogger()
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
@@ -173,6 +176,21 @@ def _join_within(cfg, kwargs: dict) -> None:
         raise outcome[0]
 
 
+def _watch_peers(cfg, run_dir) -> None:
+    """A peer silent for distributed.lost_after_s ends this process with the sentence of a lost process
+    (zoo.parallel.heartbeats): where gloo's collective would wait for it without end."""
+    client = getattr(getattr(jax_distributed, "global_state", None), "client", None)
+    if client is None or jax.process_count() < 2:
+        return
+
+    def lost(peer: int, seconds: float) -> None:
+        from zoo.cli import exit_at_once
+
+        exit_at_once(_lost(f"no word from process {peer} for {seconds:.0f} s", run_dir))
+
+    heartbeats.watch_peers(client, jax.process_index(), jax.process_count(), cfg.lost_after_s, lost)
+
+
 def lost_process(e: BaseException, output_dir: str | None) -> UserError | None:
     """The sentence for a collective whose peer died mid-run (kill -9, the OOM killer): gloo's error reaches this
     process at once, at its next collective; JAX's coordination service only notices the lost heartbeats after
@@ -189,11 +207,15 @@ def lost_process(e: BaseException, output_dir: str | None) -> UserError | None:
     if found is None:
         return None
     reason = re.sub(r" \[[^]]*\]:\d+:", ":", found.group(1).splitlines()[0])  # the peer's address, gloo's port
+    return _lost(f"gloo: {reason}", output_dir)
+
+
+def _lost(reason: str, output_dir: str | None) -> UserError:
     then = (f"its checkpoints in {os.path.join(os.path.abspath(output_dir), 'checkpoints')} are kept: start every "
             "process again with the same command to resume" if output_dir else
             "start every process again with the same command")
-    return UserError(f"another process of this multi-process run stopped mid-run (killed, or out of memory; gloo: "
-                     f"{reason}), and this one stops with it; {then}.")
+    return UserError(f"another process of this multi-process run stopped mid-run (killed, or out of memory; {reason}), "
+                     f"and this one stops with it; {then}.")
 
 
 def _check_resolves(address: str) -> None:
