@@ -1,7 +1,7 @@
 """Evaluate a finished run: `python eval.py run_dir=outputs/... [checkpoint=best|latest|STEP] [split=test]`."""
 import sys
 
-from zoo.startup import loading_libraries, stop_on_sigterm_as_on_ctrl_c
+from zoo.startup import loading_libraries, starting, stop_on_sigterm_as_on_ctrl_c
 
 if __name__ == "__main__":  # before the imports, which take a second or two
     stop_on_sigterm_as_on_ctrl_c()
@@ -15,7 +15,8 @@ with loading_libraries():  # imports first, without the garbage collector (see z
     from zoo.config import EvalConfig, register_configs
     from zoo.evaluate import evaluate
 
-register_configs()
+with starting():
+    register_configs()
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="eval")
@@ -24,9 +25,10 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
-    refuse_null_groups(sys.argv[1:])
-    refuse_training_settings(sys.argv[1:], "eval.py", EvalConfig, takes=["dataset.tfds_name"])
-    refuse_mistyped_values(sys.argv[1:], EvalConfig)
-    refuse_bare_paths(sys.argv[1:])
+    with starting():  # a Ctrl-C meanwhile: one line, as while the libraries load
+        sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
+        refuse_null_groups(sys.argv[1:])
+        refuse_training_settings(sys.argv[1:], "eval.py", EvalConfig, takes=["dataset.tfds_name"])
+        refuse_mistyped_values(sys.argv[1:], EvalConfig)
+        refuse_bare_paths(sys.argv[1:])
     main_with_one_line_ctrl_c(main, reader_ctrl_c("no eval results were written"))

@@ -1,7 +1,7 @@
 """Predict with an exported model: `python predict.py run_dir=outputs/... input=FILE.npy|FILE.csv [output=FILE.csv]`."""
 import sys
 
-from zoo.startup import loading_libraries, stop_on_sigterm_as_on_ctrl_c
+from zoo.startup import loading_libraries, starting, stop_on_sigterm_as_on_ctrl_c
 
 if __name__ == "__main__":  # before the imports, which take a second or two
     stop_on_sigterm_as_on_ctrl_c()
@@ -16,7 +16,8 @@ with loading_libraries():  # imports first, without the garbage collector (see z
     from zoo.config import PredictConfig, register_configs
     from zoo.export.predict import predict
 
-register_configs()
+with starting():
+    register_configs()
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="predict")
@@ -25,13 +26,14 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    refuse_settings_of_export(sys.argv[1:])  # before Hydra's 'Could not override' (zoo.command_line)
-    sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
-    refuse_multirun(sys.argv[1:], "predict.py predicts one input with one run's export, and takes no -m (--multirun), "
-                    "under which each job's predictions would replace the last job's; run it once per input or "
-                    "run_dir, each with its own output.")
-    refuse_null_groups(sys.argv[1:])
-    refuse_training_settings(sys.argv[1:], "predict.py", PredictConfig)
-    refuse_mistyped_values(sys.argv[1:], PredictConfig)
-    refuse_bare_paths(sys.argv[1:], file_key="input")
+    with starting():  # a Ctrl-C meanwhile: one line, as while the libraries load
+        refuse_settings_of_export(sys.argv[1:])  # before Hydra's 'Could not override' (zoo.command_line)
+        sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
+        refuse_multirun(sys.argv[1:], "predict.py predicts one input with one run's export, and takes no -m "
+                        "(--multirun), under which each job's predictions would replace the last job's; run it once "
+                        "per input or run_dir, each with its own output.")
+        refuse_null_groups(sys.argv[1:])
+        refuse_training_settings(sys.argv[1:], "predict.py", PredictConfig)
+        refuse_mistyped_values(sys.argv[1:], PredictConfig)
+        refuse_bare_paths(sys.argv[1:], file_key="input")
     main_with_one_line_ctrl_c(main, reader_ctrl_c("no predictions were written"))

@@ -1,7 +1,7 @@
 """Train a model: `python train.py model=cnn dataset=digits parallel=none` (see conf/)."""
 import sys
 
-from zoo.startup import loading_libraries, stop_on_sigterm_as_on_ctrl_c
+from zoo.startup import loading_libraries, starting, stop_on_sigterm_as_on_ctrl_c
 
 if __name__ == "__main__" and not {"-m", "--multirun"} & set(sys.argv[1:]):  # before the imports
     # a single run: SIGTERM before its train loop (which saves and stops on one) ended it without a word, leaving a
@@ -21,7 +21,8 @@ with loading_libraries():  # imports first, without the garbage collector (see z
     from zoo.population.train import train_population, trains_alone
     from zoo.train import train
 
-register_configs()
+with starting():
+    register_configs()
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="train")
@@ -33,10 +34,11 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
-    refuse_null_groups(sys.argv[1:])
-    refuse_mistyped_values(sys.argv[1:], TrainConfig)
-    refuse_settings_of_an_unused_schedule(sys.argv[1:])
-    refuse_search_without_multirun(sys.argv[1:])
-    refuse_resolve_without_run_dir(sys.argv[1:])
+    with starting():  # a Ctrl-C meanwhile: one line, as while the libraries load
+        sys.argv[1:] = quote_paths(overrides_then_flags(sys.argv[1:]))
+        refuse_null_groups(sys.argv[1:])
+        refuse_mistyped_values(sys.argv[1:], TrainConfig)
+        refuse_settings_of_an_unused_schedule(sys.argv[1:])
+        refuse_search_without_multirun(sys.argv[1:])
+        refuse_resolve_without_run_dir(sys.argv[1:])
     main_with_one_line_ctrl_c(main)

@@ -52,3 +52,18 @@ def test_ctrl_c_while_the_libraries_load_is_one_line():
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 130
     assert done.stderr == "error: interrupted by Ctrl-C while the command started; nothing was written.\n"
+
+
+@pytest.mark.parametrize("script", ["train", "eval", "predict", "export"])
+@pytest.mark.parametrize("where", ["zoo.config.register_configs", "zoo.command_line.refuse_null_groups"])
+def test_ctrl_c_after_the_libraries_load_but_before_hydra_starts_is_one_line(script, where):
+    """Registering the configs and checking the command line: it was Python's KeyboardInterrupt traceback."""
+    module, name = where.rsplit(".", 1)
+    probe = (f"import runpy, sys, {module}\n"
+             "def interrupted(*args, **kwargs):\n    raise KeyboardInterrupt\n"
+             f"{module}.{name} = interrupted\n"
+             f"sys.argv = ['{script}.py']\n"
+             f"runpy.run_path('{script}.py', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr == "error: interrupted by Ctrl-C while the command started; nothing was written.\n"

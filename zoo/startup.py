@@ -40,12 +40,10 @@ def _terminated(signum, frame):
 
 
 @contextlib.contextmanager
-def loading_libraries():
-    """Ctrl-C (or a reading command's SIGTERM) while they load ends the command with one line (exit 130, 143)
-    instead of an import traceback; nothing has been written yet. It exits without finalising Python, which a
-    half-imported JAX could crash."""
-    enabled = gc.isenabled()
-    gc.disable()
+def starting():
+    """Ctrl-C (or a reading command's SIGTERM) before Hydra starts (the imports, the configs' registration, the
+    command line's checks) ends the command with one line (exit 130, 143) instead of a traceback; nothing has been
+    written yet. It exits without finalising Python, which a half-imported JAX could crash."""
     try:
         yield
     except KeyboardInterrupt as e:
@@ -53,6 +51,16 @@ def loading_libraries():
         print(f"error: {stopped} while the command started; nothing was written.", file=sys.stderr)
         sys.stderr.flush()
         os._exit(143 if isinstance(e, Terminated) else 130)
+
+
+@contextlib.contextmanager
+def loading_libraries():
+    """The imports, as `starting`, without the garbage collector."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with starting():
+            yield
     finally:
         gc.freeze()  # what the imports made is never garbage: no later pass needs to look at it
         if enabled:
