@@ -286,7 +286,7 @@ def test_a_process_lost_mid_run_ends_the_other_in_one_sentence_with_its_checkpoi
     run_dir = tmp_path / "run"
     args = ["debug=smoke", "parallel=sharded", "trainer.epochs=1000", "trainer.max_steps=100000", "trainer.log_every=1",
             "trainer.checkpoint_every=5", "trainer.steps_per_call=1", f"hydra.run.dir={run_dir}"]
-    procs = start_two("train.py", args, data_dir, cpu_devices=(1, 1))  # with more, a Known gap (docs/errors.md)
+    procs = start_two("train.py", args, data_dir, cpu_devices=(1, 1))  # with more, gloo can wait: heartbeats, below
     try:
         wait_for_lines(run_dir / "metrics.jsonl", 12, procs[0])
         procs[1].kill()
@@ -333,6 +333,51 @@ def test_a_process_that_stops_answering_ends_the_others_in_one_sentence_after_di
         r"resume\.", out.strip().splitlines()[-1]), out[-3000:]
     assert 4 < waited < 30
     assert Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()
+
+
+# train.py whose process dies (SIGKILL) once its checkpoint of step DIE_AFTER has been handed to orbax: its
+# write goes on in the background, where the other process's write waits for it in orbax's barrier
+DIES_AFTER_A_SAVE = """
+import os, runpy, signal, sys
+import orbax.checkpoint as ocp
+save = ocp.CheckpointManager.save
+def save_then_die(self, step, *args, **kwargs):
+    saved = save(self, step, *args, **kwargs)
+    if step == int(os.environ["DIE_AFTER"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return saved
+ocp.CheckpointManager.save = save_then_die
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_a_process_lost_while_the_other_waits_for_its_checkpoint_write_ends_it_after_lost_after_s(data_dir, tmp_path):
+    """Process 1 dies while its final checkpoint is written: process 0, meeting no collective any more, waited in
+    orbax's barrier until JAX's coordination service noticed the missing heartbeats (100 s) and aborted it from C++
+    (exit 134)."""
+    run_dir, port = tmp_path / "run", free_port()
+    args = ["debug=smoke", "parallel=sharded", "parallel.cpu_devices=1", "trainer.max_steps=30",
+            "trainer.checkpoint_every=5", "distributed.lost_after_s=5", "distributed=explicit",
+            f"distributed.coordinator_address=localhost:{port}", "distributed.num_processes=2",
+            f"hydra.run.dir={run_dir}"]
+    env = subprocess_env(data_dir)
+    procs = [commands.Popen([sys.executable, *(["train.py"] if i == 0 else ["-c", DIES_AFTER_A_SAVE]), *args,
+                             f"distributed.process_id={i}"], cwd=ROOT, env=dict(env, DIE_AFTER="30"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+        assert procs[1].wait(timeout=120) == -signal.SIGKILL
+        died = time.monotonic()
+        out = procs[0].communicate(timeout=60)[0]
+        waited = time.monotonic() - died
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[0].returncode == 2, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith(
+        "error: another process of this multi-process run stopped mid-run (killed, or out of memory; no word from "
+        "process 1 for "), out[-3000:]
+    assert waited < 30
 
 
 def start_told(counts: list, run_dir, data_dir, *extra) -> list:
