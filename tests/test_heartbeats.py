@@ -45,16 +45,15 @@ def _processes(n: int, lost_after_s: float):
 
 
 def test_a_peer_that_stops_writing_is_reported_once_by_each_other_process(fast):
-    clients, dones, reports = _processes(3, lost_after_s=0.3)
-    time.sleep(0.3)
+    clients, dones, reports = _processes(3, lost_after_s=1.0)
+    time.sleep(1.5)
     assert reports == []  # all alive: no word of loss
     stopped = time.monotonic()
     clients[2].running.clear()
-    while len(reports) < 2 and time.monotonic() < stopped + 5:
+    while len(reports) < 2 and time.monotonic() < stopped + 10:
         time.sleep(0.01)
     assert sorted(r[:2] for r in reports) == [(0, 2), (1, 2)]
-    assert all(0.3 < r[2] < 1.5 for r in reports)
-    assert time.monotonic() - stopped >= 0.3
+    assert all(1.0 < r[2] < 5 for r in reports)  # silent since its last write, seen before it stopped
     time.sleep(0.2)
     assert len(reports) == 2  # once each: the reporting thread ends with its report
     clients[2].running.set()
@@ -63,11 +62,11 @@ def test_a_peer_that_stops_writing_is_reported_once_by_each_other_process(fast):
 
 
 def test_a_peer_that_said_it_is_done_is_not_taken_for_lost(fast):
-    clients, dones, reports = _processes(2, lost_after_s=0.2)
+    clients, dones, reports = _processes(2, lost_after_s=0.3)
     time.sleep(0.1)
     dones[1]()  # process 1 ended its command; it writes no more
     assert clients[1].store.values[heartbeats.PREFIX + "1"] == heartbeats.DONE
-    time.sleep(0.6)
+    time.sleep(1.0)
     assert reports == []
     dones[0]()
 
