@@ -241,10 +241,10 @@ def validate_placement(cfg: DictConfig) -> None:
     _refuse_process_settings(cfg.distributed)
     _require(cfg.distributed.mode == "none" or cfg.distributed.timeout_s > 0,  # JAX waits without end at 0 or less
              f"distributed.timeout_s must be a positive number of seconds, got {cfg.distributed.timeout_s}.")
-    lost_after_s = cfg.distributed.get("lost_after_s", 30)
-    _require(cfg.distributed.mode == "none" or (math.isfinite(lost_after_s) and lost_after_s >= 5),
+    _require(cfg.distributed.mode == "none" or (math.isfinite(cfg.distributed.lost_after_s)
+                                                and cfg.distributed.lost_after_s >= 5),
              f"distributed.lost_after_s must be at least 5 seconds (each process writes its heartbeat once a second), "
-             f"got {lost_after_s}.")
+             f"got {cfg.distributed.get('lost_after_s')}.")
     n = cfg.distributed.get("num_processes")
     _require(cfg.distributed.mode != "explicit" or n is None or n <= 1 or p.mode == "sharded",  # before joining
              f"parallel.mode={p.mode} runs in one process; distributed.num_processes={n} needs parallel=sharded.")
