@@ -1,6 +1,7 @@
 """The sweep-overhead benchmark runs a real multirun and prints every row (it asserts no speed)."""
 import json
 import math
+import tempfile
 
 import pytest
 
@@ -36,8 +37,11 @@ def test_quick_sweep_overhead_prints_every_row(data_dir, tmp_path, monkeypatch, 
     for name, value in subprocess_env(data_dir).items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    out = tmp_path / "sweep_overhead.json"
-    result = main(["--quick", "--out", str(out), "--work-dir", str(tmp_path / "work")])
+    out, scratch = tmp_path / "sweep_overhead.json", tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the multirun goes without --work-dir
+    result = main(["--quick", "--out", str(out)])
+    assert not any(scratch.iterdir())  # the multirun's outputs are gone with it
     printed = capsys.readouterr().out
     assert "2 jobs" in printed
     # written out: the benchmark's own list would agree with a row dropped from it

@@ -530,11 +530,16 @@ def test_a_model_with_batch_norm_is_refused_by_the_step_too(make_cfg):
         plan.gradients(model, nnx.split(model)[0], TASKS[data.task])
 
 
-def test_quick_privacy_benchmark_reports_every_row(data_dir, tmp_path):
+def test_quick_privacy_benchmark_reports_every_row(data_dir, tmp_path, monkeypatch):
+    import tempfile
+
     from zoo.bench.privacy import main
 
-    out = tmp_path / "privacy.json"
+    out, scratch = tmp_path / "privacy.json", tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     rows = main(["--quick", "--out", str(out), "--data-dir", data_dir])["rows"]
+    assert not any(scratch.iterdir())  # its runs' outputs are gone with it
     assert [r["id"] for r in rows] == ["dp_step/mlp", "dp_step/cnn", "accuracy/digits_mlp/non_private",
                                        "accuracy/digits_mlp/eps=3"]
     assert all(math.isfinite(r["value"]) and r["value"] > 0 for r in rows)

@@ -97,14 +97,14 @@ def main(argv=None) -> dict:
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets"))
     p.add_argument("--only", nargs="+", choices=SECTIONS, default=SECTIONS)
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    data_dir, work = os.path.expanduser(args.data_dir), tempfile.mkdtemp(prefix="zoo_privacy_")
-    rows = []
-    for kind in STEP_MODELS if "dp_step" in args.only else ():
-        rows += dp_step_rows(kind, 2 if args.quick else 7, 2 if args.quick else 20, data_dir, work)
-        _print(rows[-1])
-    for r in accuracy_rows(args.quick, data_dir, work) if "accuracy" in args.only else ():
-        rows.append(r)
-        _print(r)
+    data_dir, rows = os.path.expanduser(args.data_dir), []
+    with tempfile.TemporaryDirectory(prefix="zoo_privacy_") as work:
+        for kind in STEP_MODELS if "dp_step" in args.only else ():
+            rows += dp_step_rows(kind, 2 if args.quick else 7, 2 if args.quick else 20, data_dir, work)
+            _print(rows[-1])
+        for r in accuracy_rows(args.quick, data_dir, work) if "accuracy" in args.only else ():
+            rows.append(r)
+            _print(r)
     with open(args.out, "w") as f:
         json.dump({"rows": rows, "quick": args.quick}, f, indent=2)
     return {"rows": rows}

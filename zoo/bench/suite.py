@@ -60,7 +60,7 @@ def _meta(args, sizes) -> dict:
             "spread": "IQR (25th-75th percentile) over rounds", "sizes": dict(vars(sizes))}
 
 
-def run_benchmark(args) -> dict:
+def run_benchmark(args, work: str) -> dict:
     from zoo.bench.chunks import chunk_benchmarks
     from zoo.bench.data_load import data_load_rows
     from zoo.bench.process import cold_start_rows, finish_child, run_here, start_child, tta_rows, tta_specs
@@ -70,8 +70,6 @@ def run_benchmark(args) -> dict:
 
     sizes = QUICK if args.quick else Sizes()
     data_dir = os.path.expanduser(args.data_dir)
-    work = args.work_dir or tempfile.mkdtemp(prefix="zoo_bench_")
-    os.makedirs(work, exist_ok=True)
     where = Where(data_dir, work, tempfile.mkdtemp(prefix="shared_cache_", dir=work) if sizes.shared_cache else None)
     sections = args.only or SECTIONS
     started = time.perf_counter()
@@ -155,7 +153,10 @@ def main(argv=None) -> dict:
         from zoo.bench.process import child_main
 
         return child_main(args.child)
-    result = run_benchmark(args)
+    from zoo.bench.util import scratch_dir
+
+    with scratch_dir(args.work_dir, "zoo_bench_") as work:
+        result = run_benchmark(args, work)
     print(format_table(result), flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

@@ -36,7 +36,7 @@ import time
 
 from hydra.experimental.callback import Callback
 
-from zoo.bench.util import ROOT, median, row
+from zoo.bench.util import ROOT, median, row, scratch_dir
 
 SWEEP = ["optimizer.learning_rate=1e-4,3e-4,1e-3,3e-3", "seed=0,1,2,3"]
 QUICK_SWEEP = ["debug=smoke", "optimizer.learning_rate=1e-3,3e-3"]
@@ -135,10 +135,9 @@ def main(argv=None) -> dict:
     p.add_argument("--work-dir", default=None, help="scratch for the multirun (default: a temp dir)")
     p.add_argument("extra", nargs="*", help="more overrides for the command (after --)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    work = args.work_dir or tempfile.mkdtemp(prefix="zoo_sweep_overhead_")
-    os.makedirs(work, exist_ok=True)
     sweep = [*(QUICK_SWEEP if args.quick else SWEEP), *args.extra]
-    runs = [figures(run_sweep(sweep, work)) for _ in range(args.repeats)]
+    with scratch_dir(args.work_dir, "zoo_sweep_overhead_") as work:
+        runs = [figures(run_sweep(sweep, work)) for _ in range(args.repeats)]
     jobs, wall, train = runs[0]["jobs"], median([r["wall"] for r in runs]), median([r["train"] for r in runs])
     print(f"`python train.py -m {' '.join(sweep)}`: {jobs} jobs, {wall:.1f} s wall, {train:.1f} s in train() "
           f"(a population: in train_population())", flush=True)

@@ -1,7 +1,9 @@
 """Benchmark plumbing: sizes, config composition, synthetic images, interleaved timing, result rows."""
 import contextlib
 import dataclasses
+import os
 import pathlib
+import tempfile
 import time
 from unittest import mock
 
@@ -13,6 +15,18 @@ from zoo.config import register_configs
 from zoo.data import build_dataset
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def scratch_dir(work_dir, prefix: str):
+    """`work_dir` where one is given (kept, to look at afterwards), else a temporary folder removed at the end: a
+    benchmark's runs leave checkpoints and logs nobody asked to keep."""
+    if work_dir:
+        os.makedirs(work_dir, exist_ok=True)
+        yield work_dir
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as work:
+        yield work
 
 
 @dataclasses.dataclass(frozen=True)
