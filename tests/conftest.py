@@ -9,6 +9,13 @@ import tempfile
 
 import jax
 
+# The temporary folders of this test process and of the commands it starts go under one of its own, removed at its
+# end: TFDS leaves an empty one behind at each catalog builder that asks its bucket for metadata
+# (DatasetInfo.initialize_from_bucket's tempfile.mkdtemp), and a suite run left ~40 of them in the system's /tmp.
+SCRATCH = tempfile.mkdtemp(prefix="zoo-tests-")
+os.environ["TMPDIR"] = tempfile.tempdir = SCRATCH
+atexit.register(shutil.rmtree, SCRATCH, True)
+
 jax.config.update("jax_num_cpu_devices", 8)  # before any JAX work in the test process
 assert len(jax.devices()) == 8  # start the backend now, so runs asking for fewer devices select, not resize
 # One persistent compilation cache per test process and the runs it starts, as a user's runs share
