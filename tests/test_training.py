@@ -43,6 +43,25 @@ def test_loss_falls(make_cfg, tmp_path, model, dataset):
     assert len(losses) == 4 and losses[-1] < losses[0]
 
 
+@pytest.mark.parametrize("model,dataset,overrides", [
+    ("mlp", "digits", ["model.dropout=0.1"]), ("cnn", "digits", ["model.channels=[4,8]", "model.dense=16"]),
+    ("linear", "diabetes", []),
+])
+def test_the_compiled_initialiser_draws_the_eager_models_parameters_bitwise(make_cfg, model, dataset, overrides):
+    from flax import nnx
+
+    from zoo.data import load_dataset
+    from zoo.train import build_model, initialised_model
+
+    cfg = make_cfg(f"model={model}", f"dataset={dataset}", "seed=3", *overrides)
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    eager, compiled = nnx.state(build_model(cfg, data)), nnx.state(initialised_model(cfg, data))
+    assert jax.tree.structure(eager) == jax.tree.structure(compiled)
+    assert leaves_equal(eager, compiled)
+    assert not leaves_equal(eager, nnx.state(initialised_model(make_cfg(f"model={model}", f"dataset={dataset}",
+                                                                         "seed=4", *overrides), data)))
+
+
 @pytest.mark.parametrize("eval_batch_size", [1, 7, 100, 359, 512])
 def test_eval_counts_every_example_once_for_any_batch_size(make_cfg, eval_batch_size):
     # digits' test split has 359 examples (a prime): only 1 and 359 divide it

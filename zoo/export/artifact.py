@@ -55,7 +55,7 @@ def _versions() -> dict:
 
 def _restored_model(config: dict, run, state) -> nnx.Module:
     """A plain model (no device-axis BatchNorm, whatever mode the run was trained in) holding `state`."""
-    graphdef, _, _ = nnx.split(build_model(OmegaConf.create(config), run.data), nnx.Param, ...)
+    graphdef, _, _ = nnx.split(nnx.eval_shape(lambda: build_model(OmegaConf.create(config), run.data)), nnx.Param, ...)
     return nnx.merge(graphdef, state.params, state.model_state)
 
 
