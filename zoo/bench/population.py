@@ -18,10 +18,9 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
-from zoo.bench.util import ROOT, compose_cfg, interleave, median, ratios, row
+from zoo.bench.util import ROOT, compose_cfg, interleave, median, ratios, row, scratch_dir
 
 LAUNCHERS = ("basic", "population")
 
@@ -130,9 +129,7 @@ def run_benchmark(args) -> dict:
     started, started_at, load_start = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S"), os.getloadavg()
     backend, device_count = accelerator()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="zoo_bench_population_") as scratch:
-        work = args.work_dir or scratch
-        os.makedirs(work, exist_ok=True)
+    with scratch_dir(args.work_dir, "zoo_bench_population_") as work:
         for name in args.sweeps:
             sweep = SWEEPS[name]
             if sweep.accelerator_only and backend == "cpu":
@@ -158,7 +155,8 @@ def parse_args(argv):
                    help=f"which sweeps to run, of {', '.join(SWEEPS)} (default: all)")
     p.add_argument("--out", default="bench_population.json", help="where to write the JSON results")
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets"))
-    p.add_argument("--work-dir", default=None, help="where the sweeps are kept (default: a temp dir, removed)")
+    p.add_argument("--work-dir", default=None,
+                   help="where the sweeps are kept (default: a temporary folder, removed at the end)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides added to every sweep's command, both launchers")
     args = p.parse_args(argv)
     args.argv, args.data_dir = list(argv), os.path.expanduser(args.data_dir)

@@ -136,7 +136,8 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="tiny sizes and repetitions: every row, in seconds")
     p.add_argument("--out", default="bench.json", help="where to write the JSON results")
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets"))
-    p.add_argument("--work-dir", default=None, help="scratch for run outputs and caches (default: a temp dir)")
+    p.add_argument("--work-dir", default=None,
+                   help="scratch for run outputs and caches (kept; default: a temporary folder, removed at the end)")
     p.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one fresh-process measurement
     args = p.parse_args(argv)

@@ -132,7 +132,8 @@ def main(argv=None) -> dict:
     p.add_argument("--quick", action="store_true", help="two tiny jobs (debug=smoke): checks the rows, not speed")
     p.add_argument("--repeats", type=int, default=1, help="commands to run; rows are medians over them")
     p.add_argument("--out", default="sweep_overhead.json")
-    p.add_argument("--work-dir", default=None, help="scratch for the multirun (default: a temp dir)")
+    p.add_argument("--work-dir", default=None,
+                   help="scratch for the multirun (kept; default: a temporary folder, removed at the end)")
     p.add_argument("extra", nargs="*", help="more overrides for the command (after --)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     sweep = [*(QUICK_SWEEP if args.quick else SWEEP), *args.extra]
