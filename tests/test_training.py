@@ -11,14 +11,16 @@ import jax.numpy as jnp
 import matplotlib.image
 import numpy as np
 import pytest
+from flax import nnx
 
 import zoo.steps
 import zoo.train
+from zoo.data import load_dataset
 from zoo.data.feed import fold_mask
 from zoo.data.pipeline import PADDING_STEP
 from zoo.models.layers import draw_masks
 from zoo.steps import PackedSums
-from zoo.train import build, train
+from zoo.train import build, build_model, initialised_model, train
 
 
 def leaves_equal(a, b) -> bool:
@@ -48,11 +50,6 @@ def test_loss_falls(make_cfg, tmp_path, model, dataset):
     ("linear", "diabetes", []),
 ])
 def test_the_compiled_initialiser_draws_the_eager_models_parameters_bitwise(make_cfg, model, dataset, overrides):
-    from flax import nnx
-
-    from zoo.data import load_dataset
-    from zoo.train import build_model, initialised_model
-
     cfg = make_cfg(f"model={model}", f"dataset={dataset}", "seed=3", *overrides)
     data = load_dataset(cfg.dataset, cfg.paths.data_dir)
     eager, compiled = nnx.state(build_model(cfg, data)), nnx.state(initialised_model(cfg, data))
