@@ -296,8 +296,11 @@ def test_a_process_lost_mid_run_ends_the_other_in_one_sentence_with_its_checkpoi
             p.kill()
     assert procs[0].returncode == 2, out[-3000:]
     assert "Traceback" not in out and "Check failure" not in out, out[-3000:]
+    # gloo's failed collective names the loss first, as a rule; on a loaded machine gloo has waited past the
+    # heartbeats' distributed.lost_after_s (30 s), which then name it (seen once in a fresh-clone CI run)
     assert re.fullmatch(
-        r"error: another process of this multi-process run stopped mid-run \(killed, or out of memory; gloo: [^()]+\), "
+        r"error: another process of this multi-process run stopped mid-run \(killed, or out of memory; "
+        r"(gloo: [^()]+|no word from process 1 for 30 s)\), "
         r"and this one stops with it; its checkpoints in " + re.escape(str(run_dir / "checkpoints")) + r" are kept: "
         r"start every process again with the same command to resume\.", out.strip().splitlines()[-1]), out[-3000:]
     assert Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()
