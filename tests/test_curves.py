@@ -129,14 +129,19 @@ class SlowDrawer:
 
 def test_figures_finishing_together_are_drawn_at_once_and_the_summary_after_them(monkeypatch):
     spans = []
-    monkeypatch.setattr(run_logger, "_free", run_logger.DrawerPool([SlowDrawer(spans)
-                                                                    for _ in range(run_logger.DRAWERS)]))
+    monkeypatch.setattr(run_logger, "DRAWERS", 2)  # three cores or more
+    monkeypatch.setattr(run_logger, "_plotter", None)  # threads for two at once
+    monkeypatch.setattr(run_logger, "_free", run_logger.DrawerPool([SlowDrawer(spans), SlowDrawer(spans)]))
     for i in range(2):  # a population's members finish together
         run_logger._background(run_logger._plot_or_warn, HISTORY, "accuracy", f"curves{i}.png")
     run_logger.draw_summary_plot({}, "summary.png")
     (_, a0, a1), (_, b0, b1), summary = sorted(spans, key=lambda s: s[0] == "summary")
     assert max(a0, b0) < min(a1, b1)  # the two curves overlapped
     assert summary[0] == "summary" and summary[1] >= max(a1, b1)
+
+
+def test_the_drawing_children_get_the_cores_beside_the_sweeps_process():
+    assert [run_logger.drawers_for(cores) for cores in (1, 2, 3, 4, 16)] == [1, 1, 2, 2, 2]
 
 
 def test_a_lost_child_leaves_the_figures_to_the_one_still_drawing(monkeypatch):
