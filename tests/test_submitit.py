@@ -8,9 +8,11 @@ import csv
 import fcntl
 import json
 import math
+import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -109,6 +111,30 @@ def test_a_trial_past_its_time_limit_fails_with_one_sentence_naming_the_setting(
     assert (failure["status"], failure["reason"], failure["user_error"]) == ("failed", sentence, True)
     with open(sweep / "summary.csv") as f:
         assert [r["reason"] for r in csv.DictReader(f)] == [f"UserError: {sentence}"]
+
+
+def test_an_error_while_the_run_closes_after_its_time_limit_still_says_the_time_limit():
+    """submitit raises its time limit inside the task wherever the task is; raised in a checkpoint write, it can be
+    followed by another error as the run closes its outputs, and that one reached the sweep instead of the sentence."""
+    from submitit.core.utils import UncompletedJobError
+
+    from zoo.cli import _ended_by_its_time_limit
+
+    class ClosingFailed(RuntimeError):
+        def __init__(self):
+            super().__init__("closing failed")
+            self.lock = threading.Lock()  # what submitit could not have pickled back to the sweep
+
+    try:
+        try:
+            raise UncompletedJobError("Job not requeued because: timed-out too many times.")
+        finally:
+            raise ClosingFailed()
+    except ClosingFailed as e:
+        ended = _ended_by_its_time_limit(e)
+    assert str(ended).startswith("the job ran past hydra.launcher.timeout_min=")
+    assert pickle.loads(pickle.dumps(ended)).args == ended.args
+    assert _ended_by_its_time_limit(ClosingFailed()) is None  # an error of its own is not the time limit's
 
 
 def submitit_config(tmp_path, launcher: str, **settings):

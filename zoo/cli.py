@@ -562,9 +562,15 @@ def _exit_complete(signum, frame) -> None:
 def _ended_by_its_time_limit(e: BaseException) -> UserError | None:
     """The sentence for a job that submitit ended at hydra.launcher.timeout_min, else None. submitit signals the job
     shortly before its time limit and, with no requeue left, raises its UncompletedJobError inside the task: the
-    sweep ended in that traceback, which names no setting."""
+    sweep ended in that traceback, which names no setting. Raised in the middle of a checkpoint write, it can be
+    followed by another error while the run closes its outputs; the time limit is then that error's context, and
+    still what ended the job."""
     utils = sys.modules.get("submitit.core.utils")  # imported by the job's own process only when submitit runs it
-    if utils is None or not isinstance(e, utils.UncompletedJobError) or "timed-out" not in str(e):
+    chain = []
+    while e is not None and not any(e is seen for seen in chain):
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    if utils is None or not any(isinstance(c, utils.UncompletedJobError) and "timed-out" in str(c) for c in chain):
         return None
     limit = OmegaConf.select(HydraConfig.get(), "launcher.timeout_min") if HydraConfig.initialized() else None
     return UserError(f"the job ran past hydra.launcher.timeout_min={limit} (minutes) and submitit ended it before it "
