@@ -11,6 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from tqdm import tqdm
 
 from zoo.cli import new_run_dir
+from zoo.cores import cpu_cores
 from zoo.curves import CurvesProcess, ProcessGone, plot_curves
 from zoo.errors import UserError
 from zoo.files import write_json, write_text
@@ -27,8 +28,7 @@ def drawers_for(cores: int) -> int:
     return max(1, min(2, cores - 1))
 
 
-# the cores as zoo.parallel.cpu_cores counts them; that module imports JAX, which a refused command never needs
-DRAWERS = drawers_for(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+DRAWERS = drawers_for(cpu_cores())
 _plotter = None  # threads handing a sweep's finished jobs' curves to the drawing processes
 _pending = set()  # what they are yet to draw
 

@@ -6,6 +6,7 @@ from typing import Optional
 
 import jax
 
+from zoo.cores import cpu_cores
 from zoo.errors import UserError
 from zoo.parallel.distributed import check_num_processes, init_distributed
 from zoo.parallel.pmap import PmapMode
@@ -36,10 +37,6 @@ def cpu_devices_for_populations(at_least: int = 0) -> int | None:
         return None
     _cpu_devices_set = count
     return count
-
-
-def cpu_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def select_devices(cfg, distributed=None, run_dir=None) -> list:
