@@ -20,7 +20,7 @@ from zoo.data.feed import fold_mask
 from zoo.data.pipeline import PADDING_STEP
 from zoo.models.layers import draw_masks
 from zoo.steps import PackedSums
-from zoo.train import build, build_model, initialised_model, train
+from zoo.train import build, build_model, initialised_model, model_initialiser, train
 
 
 def leaves_equal(a, b) -> bool:
@@ -57,6 +57,22 @@ def test_the_compiled_initialiser_draws_the_eager_models_parameters_bitwise(make
     assert leaves_equal(eager, compiled)
     assert not leaves_equal(eager, nnx.state(initialised_model(make_cfg(f"model={model}", f"dataset={dataset}",
                                                                          "seed=4", *overrides), data)))
+
+
+def test_runs_of_one_process_with_the_same_model_share_its_compiled_initialiser(make_cfg):
+    """A sweep's later jobs (other seeds, learning rates) find the initialiser traced and compiled; it still draws
+    each job's own parameters. A model of other widths, or the same one on data of another shape, gets its own."""
+    cfg = make_cfg("seed=1")
+    digits = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    first = model_initialiser(cfg, digits)[1]
+    other = make_cfg("seed=2", "optimizer.learning_rate=0.1")
+    assert model_initialiser(other, digits)[1] is first
+    assert leaves_equal(nnx.state(build_model(other, digits)), first(jax.random.key(2)))
+    assert model_initialiser(make_cfg("model.hidden=[8]"), digits)[1] is not first
+    regression = make_cfg("dataset=synthetic_linear")  # the same model config (no recipe), other inputs and outputs
+    assert regression.model == cfg.model
+    data = load_dataset(regression.dataset, regression.paths.data_dir)
+    assert model_initialiser(regression, data)[1] is not first
 
 
 @pytest.mark.parametrize("eval_batch_size", [1, 7, 100, 359, 512])

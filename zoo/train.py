@@ -1,4 +1,6 @@
 """train(cfg) -> results: an ordinary function; train.py wraps it for Hydra and the tests call it directly."""
+import functools
+import json
 import logging
 import os
 import signal
@@ -74,8 +76,19 @@ def model_initialiser(cfg: DictConfig, data: Dataset) -> tuple:
     """(graphdef, key -> the model's state drawn by one compiled program). Built eagerly, a model runs its
     initialisers op by op, each op and shape a program of its own to compile: the default MLP's 11 took 1.8 s on a
     cold compilation cache, the one 1.2 s. The draws are bitwise the eager ones (tests/test_training.py)."""
-    graphdef = nnx.split(nnx.eval_shape(lambda: build_model(cfg, data)))[0]
-    return graphdef, jax.jit(lambda key: nnx.state(build_model(cfg, data, key)))
+    graphdef = nnx.split(nnx.eval_shape(lambda: build_model(cfg, data)))[0]  # refuses a model the data cannot take
+    model = json.dumps(OmegaConf.to_container(cfg.model, resolve=True), sort_keys=True)
+    return graphdef, _compiled_initialiser(model, tuple(data.input_shape), data.out_features)
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_initialiser(model: str, input_shape: tuple, out_features):
+    """One initialiser per model config and data shape in a process, so that a sweep's later jobs (seeds, learning
+    rates) find it traced and compiled: a new one each run was traced, lowered and looked up in the compilation
+    cache again (~0.2 s a job on a TPU). It holds the config's JSON, not the run's config or data."""
+    node = OmegaConf.create(json.loads(model))
+    return jax.jit(lambda key: nnx.state(safe_instantiate(node, "model", input_shape=input_shape,
+                                                         out_features=out_features, rngs=nnx.Rngs(params=key))))
 
 
 def initialised_model(cfg: DictConfig, data: Dataset) -> nnx.Module:
