@@ -64,12 +64,16 @@ def setup_compilation_cache(path) -> None:
 def build_model(cfg: DictConfig, data: Dataset, key=None) -> nnx.Module:
     """`key`: the parameters' PRNG key where it is traced (a population's members), else jax.random.key(seed)."""
     try:
-        return safe_instantiate(cfg.model, "model", input_shape=data.input_shape, out_features=data.out_features,
-                                rngs=nnx.Rngs(params=cfg.seed if key is None else key))
+        return _new_model(cfg.model, data.input_shape, data.out_features, cfg.seed if key is None else key)
     except UserError as e:
         model_name = str(cfg.model.get("_target_", "?")).rsplit(".", 1)[-1].lower()
         raise UserError(f"model={model_name} cannot be built for dataset={cfg.dataset.name} (inputs "
                         f"{data.input_shape}): {e}; model=linear and model=mlp take any input.") from None
+
+
+def _new_model(node, input_shape, out_features, seed_or_key) -> nnx.Module:
+    return safe_instantiate(node, "model", input_shape=input_shape, out_features=out_features,
+                            rngs=nnx.Rngs(params=seed_or_key))
 
 
 def model_initialiser(cfg: DictConfig, data: Dataset) -> tuple:
@@ -87,8 +91,7 @@ def _compiled_initialiser(model: str, input_shape: tuple, out_features):
     rates) find it traced and compiled: a new one each run was traced, lowered and looked up in the compilation
     cache again (~0.35 s a job on a TPU v5e). It holds the config's JSON, not the run's config or data."""
     node = OmegaConf.create(json.loads(model))
-    return jax.jit(lambda key: nnx.state(safe_instantiate(node, "model", input_shape=input_shape,
-                                                         out_features=out_features, rngs=nnx.Rngs(params=key))))
+    return jax.jit(lambda key: nnx.state(_new_model(node, input_shape, out_features, key)))
 
 
 def initialised_model(cfg: DictConfig, data: Dataset) -> nnx.Module:
