@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ROOT, subprocess_env
 from test_checkpoint import leaves_equal, records
+from zoo import summary
 from zoo.early_stopping import EarlyStopping
 from zoo.errors import UserError
 from zoo.evaluate import evaluate
@@ -82,10 +83,23 @@ def test_where_a_lowering_has_no_cost_analysis_the_flops_are_those_of_its_progra
     # as on a TPU: only a lowering made on the CPU device by choice reports its cost
     monkeypatch.setattr(jax.stages.Lowered, "cost_analysis",
                         lambda self: analyse(self) if jax.config.jax_default_device is not None else None)
+    monkeypatch.setattr(summary, "_counted_on_cpu", {})
+    lowered_on_cpu = []
+    on_cpu = summary._flops_on_cpu
+    monkeypatch.setattr(summary, "_flops_on_cpu", lambda fn, args: lowered_on_cpu.append(fn) or on_cpu(fn, args))
     model = train(make_cfg("debug=smoke", "logger.summary=true", out="plugin"))["model"]
     assert model["train_step_flops"] == counted["train_step_flops"] > 0
     assert model["eval_flops_per_example"] == counted["eval_flops_per_example"] > 0
     assert model["achieved_gflop_s"] > 0
+    assert lowered_on_cpu
+    # a sweep's next job with only another seed runs the same programs: their counts are not lowered again
+    del lowered_on_cpu[:]
+    reseeded = train(make_cfg("debug=smoke", "logger.summary=true", "seed=1", out="reseeded"))["model"]
+    assert (reseeded["train_step_flops"], reseeded["eval_flops_per_example"]) == (
+        model["train_step_flops"], model["eval_flops_per_example"])
+    assert lowered_on_cpu == []
+    narrower = train(make_cfg("debug=smoke", "logger.summary=true", "model.hidden=[48,32]", out="narrower"))["model"]
+    assert lowered_on_cpu and 0 < narrower["train_step_flops"] < model["train_step_flops"]
 
 
 @pytest.mark.parametrize("model", ["model=linear", "model.dropout=0.5", "model=mlp"])
