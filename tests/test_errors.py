@@ -1349,9 +1349,20 @@ def test_a_run_that_cannot_open_its_log_closes_its_checkpoints(make_cfg, tmp_pat
     closed, close = [], Checkpoints.close
     monkeypatch.setattr(Checkpoints, "close", lambda self: (closed.append(self.directory), close(self))[-1])
     (tmp_path / "run" / "metrics.jsonl").mkdir(parents=True)  # a directory where the log file goes
-    with pytest.raises(IsADirectoryError):
+    with pytest.raises(UserError, match=re.escape(f"something is in the way at {tmp_path / 'run' / 'metrics.jsonl'} "
+                                                  "(Is a directory); move it")):
         train(make_cfg("debug=smoke"))
     assert str(tmp_path / "run" / "checkpoints") in closed
+
+
+def test_a_file_where_the_checkpoints_go_is_named_before_training(make_cfg, tmp_path):
+    """orbax opened it without a word and failed the first save from a thread of its own (an orbax traceback)."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoints").write_text("")
+    with pytest.raises(UserError, match=re.escape(f"something is in the way at {tmp_path / 'run' / 'checkpoints'} "
+                                                  "(a file where a run keeps its checkpoints); move it")):
+        train(make_cfg("debug=smoke"))
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_hydras_own_files_in_the_way_are_one_sentence(tmp_path, capsys):

@@ -170,6 +170,42 @@ def test_a_member_that_cannot_open_its_run_dir_leaves_the_others_their_own_dropo
         assert_same_trajectory(cfgs[i].paths.output_dir, solo.paths.output_dir)
 
 
+def test_a_member_whose_run_dir_has_a_file_in_the_way_fails_alone_as_its_job_would(make_cfg):
+    """A file where member 0 keeps its checkpoints, a directory where member 1 writes metrics.jsonl: each fails with
+    the sentence its solo run gives, and member 2 trains as alone (an OSError failed the whole group)."""
+    cfgs = configs(make_cfg, "pop", "optimizer=sgd")
+    run_dirs = [pathlib.Path(c.paths.output_dir) for c in cfgs]
+    run_dirs[0].mkdir(parents=True)
+    (run_dirs[0] / "checkpoints").write_text("")
+    (run_dirs[1] / "metrics.jsonl").mkdir(parents=True)
+    outcomes = train_population(cfgs)
+    for i, (obstacle, why) in enumerate([("checkpoints", "a file where a run keeps its checkpoints"),
+                                          ("metrics.jsonl", "Is a directory")]):
+        assert isinstance(outcomes[i], UserError), outcomes[i]
+        assert str(outcomes[i]) == f"something is in the way at {run_dirs[i] / obstacle} ({why}); move it and run " \
+                                   "the command again."
+    solo = make_cfg(*SMALL, "optimizer=sgd", f"optimizer.learning_rate={GRID[2][0]}", f"seed={GRID[2][1]}",
+                    out="solo-2")
+    train(solo)
+    assert_same_trajectory(run_dirs[2], solo.paths.output_dir)
+    assert isinstance(outcomes[2], dict) and (run_dirs[2] / "results.json").exists()
+
+
+def test_any_error_opening_one_members_outputs_fails_that_member_alone(make_cfg, monkeypatch):
+    cfgs = configs(make_cfg, "pop", "optimizer=sgd")
+    opened = population_train.open_outputs
+
+    def refused_for_member_1(cfg, *args, **kwargs):
+        if cfg.paths.output_dir == cfgs[1].paths.output_dir:
+            raise PermissionError(13, "Permission denied", cfg.paths.output_dir)
+        return opened(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(population_train, "open_outputs", refused_for_member_1)
+    outcomes = train_population(cfgs)
+    assert isinstance(outcomes[1], PermissionError)
+    assert isinstance(outcomes[0], dict) and isinstance(outcomes[2], dict)
+
+
 def test_a_diverging_member_fails_alone(make_cfg):
     grid = [("0.05", "0"), ("1e6", "0"), ("0.05", "1")]
     cfgs = configs(make_cfg, "pop", "optimizer=sgd", grid=grid)
@@ -285,31 +321,55 @@ def test_the_checkpoint_writer_holds_writes_until_ahead_are_due_or_the_oldest_is
         time.sleep(0.2)
         assert written == []  # one boundary due, not late: held
         writer.submit([(member, fake_write(written, 2)), (member, None)])
-        assert eventually(lambda: written == [1])  # two due: the oldest is written, the newer held
+        assert eventually(lambda: written == [1, 2])  # two due: both written
+        writer.submit([(member, fake_write(written, 3))])
         time.sleep(0.2)
-        assert written == [1]
-        writer.wait()
         assert written == [1, 2]
+        writer.wait()
+        assert written == [1, 2, 3]
     monkeypatch.setattr(CheckpointWriter, "LATE_S", 0.3)
     with CheckpointWriter() as writer:
-        writer.submit([(member, fake_write(written, 3))])
-        assert eventually(lambda: written[-1] == 3)  # late: written without a wait
+        writer.submit([(member, fake_write(written, 3.5))])
+        assert eventually(lambda: written[-1] == 3.5)  # late: written without a wait
         other = types.SimpleNamespace(error=None)
         # a refused write fails its member alone, and nothing more of it is written
         writer.submit([(member, fake_write(written, 4, UserError("disk full"))), (other, fake_write(written, 5))])
         writer.submit([(member, fake_write(written, 6)), (other, fake_write(written, 7))])
         writer.wait()
         assert str(member.error) == "disk full" and other.error is None
-        assert written == [1, 2, 3, 5, 7]
+        assert written == [1, 2, 3, 3.5, 5, 7]
         writer.submit([(other, fake_write(written, 8, RuntimeError("bug")))])
         with pytest.raises(RuntimeError, match="bug"):  # any other error reaches the loop's thread
             writer.wait()
         writer.submit([(other, fake_write(written, 9))])
-    assert written == [1, 2, 3, 5, 7, 9]  # closing writes what is due
+    assert written == [1, 2, 3, 3.5, 5, 7, 9]  # closing writes what is due
     with pytest.raises(KeyboardInterrupt), CheckpointWriter() as writer:
         writer.submit([(other, fake_write(written, 10))])
         raise KeyboardInterrupt  # closed by an error: what waits is dropped
-    assert written == [1, 2, 3, 5, 7, 9]
+    assert written == [1, 2, 3, 3.5, 5, 7, 9]
+
+
+def test_a_member_s_newest_checkpoint_due_is_written_with_the_boundaries_taken_not_skipped_for_one_still_waiting(
+        monkeypatch):
+    """Boundaries falling due as fast as they are written: each time the writer takes the boundaries due (here 4
+    at a time), the member's newest among them is written, and an older one is skipped only for newer ones written
+    with it. Skipping one for newer ones still waiting, which are skipped in turn for even newer ones, wrote nothing
+    until the training ended: a process killed then lost every checkpoint."""
+    member = types.SimpleNamespace(error=None)
+    written = []
+
+    def keep_3(step):  # as checkpoint.keep=3: a save with 3 newer ones due is deleted once they are made
+        write = fake_write(written, step)
+        write.outlived = lambda later: len(later) >= 3
+        return write
+
+    monkeypatch.setattr(CheckpointWriter, "AHEAD", 4)
+    monkeypatch.setattr(CheckpointWriter, "LATE_S", 1e9)
+    with CheckpointWriter() as writer:
+        for step in range(1, 31):  # a submit waits while 4 are due: the writer takes 1-4, 5-8, ..., then 29-30
+            writer.submit([(member, keep_3(step))])
+        writer.wait()
+    assert written == [s for s in range(1, 31) if s % 4 != 1 or s == 29]
 
 
 def test_a_signal_during_the_last_call_lets_the_members_finish(make_cfg, monkeypatch):

@@ -162,6 +162,10 @@ class Checkpoints:
         _quiet_closed_loop_callbacks()
         _quiet_abandoned_reads()
         _quiet_orbax_logs()
+        if not read_only and os.path.lexists(self.directory) and not os.path.isdir(self.directory):
+            # orbax opens it without a word, and fails the first save (or the close) from a thread of its own
+            raise UserError(f"something is in the way at {self.directory} (a file where a run keeps its "
+                            "checkpoints); move it and run the command again.")
         try:
             self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
         except OSError as e:  # a file in the way, read-only file system

@@ -14,7 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.checkpoint import Checkpoints
-from zoo.cli import in_multirun, launch_dir_path, named_run_dir, new_run_dir, run_dir_setting, shared_job_dir
+from zoo.cli import (IN_THE_WAY, in_multirun, launch_dir_path, named_run_dir, new_run_dir, os_error_sentence,
+                     run_dir_setting, shared_job_dir)
 from zoo.early_stopping import EarlyStopping, early_stopping_for, restore_best
 from zoo.errors import RunRefused, UserError
 from zoo.files import load_json
@@ -117,7 +118,19 @@ def open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, ze
     """Checkpoints (resuming from them when the run dir has some), logger, saver and early stopping of a run.
 
     A population's member has no progress bar (the members share one progress log). In a sweep, curves.png
-    is drawn in the background, while the sweep goes on."""
+    is drawn in the background, while the sweep goes on. A file where the run keeps a directory (checkpoints/)
+    or the reverse (metrics.jsonl) is a UserError naming it: one sentence, and in a sweep that trial alone fails,
+    a population's member too."""
+    try:
+        return _open_outputs(cfg, task, stream, total_steps, host_state, zero_sums, privacy, population_member)
+    except OSError as e:
+        if e.errno not in IN_THE_WAY:
+            raise
+        raise UserError(os_error_sentence(e)) from None
+
+
+def _open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, zero_sums, privacy,
+                  population_member: bool) -> RunOutputs:
     out_dir = cfg.paths.output_dir
     ckpts, settings = None, checkpoint_settings(cfg, task)
     if cfg.checkpoint.enabled:

@@ -227,11 +227,12 @@ class CheckpointWriter:
 
     An orbax save costs the host ~25 ms whatever the model, so a population of small models trains faster than
     its members' checkpoints are written. A boundary's checkpoints wait until AHEAD boundaries are due or the
-    oldest has waited LATE_S seconds; then a save that a newer one of the same member already due would make orbax
-    delete (its policy keeps the newest and the best) is skipped. Each member's checkpoints end as its solo run's,
-    and are on disk at most LATE_S seconds (or AHEAD boundaries) after they fall due. A member whose write is
-    refused (a full disk) fails alone: the chunks already running train it on, but nothing more of it is saved,
-    and once the failure is seen its rows are masked."""
+    oldest has waited LATE_S seconds; then every boundary due is written at once, in order, except a save that a
+    newer one of the same member among them would make orbax delete (its policy keeps the newest and the best).
+    Each member's checkpoints end as its solo run's, and its newest is on disk at most LATE_S seconds (or AHEAD
+    boundaries) after it falls due, plus the time to write them: a save is skipped only for one written with it,
+    never for one still waiting. A member whose write is refused (a full disk) fails alone: the chunks already
+    running train it on, but nothing more of it is saved, and once the failure is seen its rows are masked."""
 
     AHEAD = 8
     LATE_S = 5.0
@@ -239,7 +240,6 @@ class CheckpointWriter:
     def __init__(self):
         self._ready = threading.Condition()
         self._queue = collections.deque()  # (time due, [(member, write), ...]) per boundary, oldest first
-        self._due = collections.defaultdict(list)  # id(member) -> its writes queued or being written, in order
         self._refused = set()  # id(member) of those whose write was refused: nothing more of them is written
         self._writing = False
         self._hurry = 0  # callers of wait(): write without waiting for more boundaries
@@ -270,8 +270,6 @@ class CheckpointWriter:
             self._ready.wait_for(lambda: len(self._queue) < self.AHEAD or self._error is not None)
             self._raise()
             if writes:
-                for m, w in writes:
-                    self._due[id(m)].append(w)
                 self._queue.append((time.monotonic(), writes))
                 self._ready.notify_all()
 
@@ -292,14 +290,17 @@ class CheckpointWriter:
             raise error
 
     def _next(self):
-        """The oldest boundary once it is time to write it; None once closed with nothing left."""
+        """The writes of every boundary due, oldest first, once it is time to write them; None once closed with
+        nothing left."""
         with self._ready:
             while True:
                 if self._queue:
                     late = self._queue[0][0] + self.LATE_S - time.monotonic()
                     if self._hurry or self._closed or len(self._queue) >= self.AHEAD or late <= 0:
                         self._writing = True
-                        return self._queue.popleft()[1]
+                        writes = [pair for _, boundary in self._queue for pair in boundary]
+                        self._queue.clear()
+                        return writes
                 elif self._closed:
                     return None
                 self._ready.wait(late if self._queue else None)
@@ -317,16 +318,17 @@ class CheckpointWriter:
                 self._ready.notify_all()
 
     def _write(self, writes: list) -> None:
+        """`writes`: (member, write) in the order they fell due. A write is skipped only where the member's later
+        ones among `writes` outlive it: boundaries due after these may not be written before the process ends."""
+        mine = collections.defaultdict(list)  # id(member) -> its writes here, in order
         for m, write in writes:
-            with self._ready:
-                due = self._due[id(m)]
-                later = due[due.index(write) + 1:]
+            mine[id(m)].append(write)
+        for m, write in writes:
+            later = mine[id(m)][1:]
+            mine[id(m)] = later
             try:
                 if id(m) not in self._refused and not write.outlived(later):
                     write()
             except UserError as e:
                 m.error = e
                 self._refused.add(id(m))  # its later writes, already due, are not made either
-            finally:
-                with self._ready:
-                    due.remove(write)

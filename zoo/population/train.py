@@ -170,9 +170,9 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                 logs.close(c.paths.output_dir)  # nothing of the group goes into another run's log
                 if out is not None:
                     out.close()
-                if not isinstance(e, UserError):
+                if not isinstance(e, Exception):  # a stop (Ctrl-C, SIGTERM) ends the group
                     raise
-                outcomes[i] = e
+                outcomes[i] = e  # as its job under the basic launcher: the others train
         if not members:
             return outcomes
         program = PopulationProgram(devices, train_chunk, eval_step, train_split, zero, len(members))
