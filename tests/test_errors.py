@@ -730,6 +730,22 @@ def test_a_run_past_the_length_another_batch_size_gives_names_the_batch_size(mak
     assert (tmp_path / "run" / "results.json").read_text() == results
 
 
+def test_a_finished_run_that_only_another_batch_size_makes_longer_is_refused(make_cfg, tmp_path):
+    """At half the batch an epoch-long run is twice as many steps: the plain command run again in the directory of
+    one trained at a larger batch went on with a warning, replacing its results and its newest checkpoints. Asking
+    for more epochs (or steps) lengthens a finished run, and then may change what the rest trains with."""
+    epoch = ["debug=smoke", "trainer.max_steps=null"]
+    train(make_cfg(*epoch, "trainer.batch_size=128"))  # 11 steps of 1438 examples
+    run = tmp_path / "run"
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and "tensorboard" not in p.parts}
+    with pytest.raises(UserError, match=r"hydra\.run\.dir=.*/run already holds a finished run trained with other "
+                                        r"settings: trainer\.batch_size \(128 -> 64\); choose a new hydra\.run\.dir"):
+        train(make_cfg(*epoch, "trainer.batch_size=64"))
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and "tensorboard" not in p.parts} \
+        == before
+    assert train(make_cfg(*epoch, "trainer.batch_size=64", "trainer.epochs=2"))["steps"] == 44  # 2 epochs of 22
+
+
 def test_a_finished_run_missing_its_results_is_finished_only_with_its_own_settings(make_cfg, tmp_path):
     """Stopped between its last checkpoint and results.json: finishing it under other settings would report
     results under settings it was not trained with."""

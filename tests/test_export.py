@@ -335,10 +335,10 @@ def test_predict_refuses_bad_input_in_one_sentence_and_writes_nothing(exported_r
         path.write_text(content)
     elif content is not None:
         np.save(path, content, allow_pickle=True)
-    output.write_text("earlier predictions\n")
+    output.write_text("class,probability_0\n0,1\n")  # earlier predictions
     with pytest.raises(UserError, match=f"input={re.escape(str(path))} {message}"):
         predict(predict_cfg(f"run_dir={exported_run[0]}", f"input={path}", f"output={output}"))
-    assert output.read_text() == "earlier predictions\n" and capsys.readouterr().out == ""
+    assert output.read_text() == "class,probability_0\n0,1\n" and capsys.readouterr().out == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "p.csv"] if path.exists() else ["p.csv"])
 
 
@@ -405,6 +405,27 @@ def test_predict_refuses_an_output_that_is_its_input_or_the_export(exported_run,
                                             r"predictions would replace; name another \.csv file"):
             predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}", f"output={output}"))
     assert all(path.read_bytes() == data for path, data in kept.items())
+
+
+def test_predict_replaces_only_a_file_of_predictions_or_an_empty_one(exported_run, tmp_path):
+    """Any other file output= names (a run's metrics.jsonl, its checkpoints' metadata, a document) would be lost
+    for good: it was replaced without a word."""
+    run_dir, cfg = exported_run
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    (tmp_path / "notes.csv").write_text("what,when\n")
+    others = [run_dir / "metrics.jsonl", next(run_dir.glob("checkpoints/*/_CHECKPOINT_METADATA")),
+              tmp_path / "notes.csv"]
+    kept = {path: path.read_bytes() for path in others}
+    for output in others:
+        with pytest.raises(UserError, match=rf"^output={re.escape(str(output))} is a file that holds no predictions "
+                                            r"\(its first line is not the 'class,probability_0,\.\.\.' or 'prediction' "
+                                            r"header predict\.py writes\), which they would replace; name another"):
+            predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}", f"output={output}"))
+    assert all(path.read_bytes() == data for path, data in kept.items())
+    (tmp_path / "empty.csv").write_text("")
+    for output in (tmp_path / "p.csv", tmp_path / "p.csv", tmp_path / "empty.csv"):  # the same command run again
+        predict(predict_cfg(f"run_dir={run_dir}", f"input={tmp_path / 'x.npy'}", f"output={output}"))
+        assert output.read_text().startswith("class,probability_0,")
 
 
 def test_predict_without_an_export_or_arguments(tmp_path):

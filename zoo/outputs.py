@@ -293,7 +293,10 @@ def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended
     with: its own run already at its end (results.json missing), or a sweep's job, which is what its overrides
     say. (A finished run with its results.json is refused by _recorded_results.)"""
     changed = result_changes(meta["config"], cfg)
-    if changed and own and ended:
+    # a run that had finished (its newest checkpoint ends the run it was trained as) is lengthened by asking for
+    # more steps or epochs; one that only other settings (a smaller batch) make longer would report them
+    finished = meta.get("total_steps") == step and not _asks_for_another_length(meta["config"], cfg)
+    if changed and own and (ended or finished):
         raise RunRefused(f"{named_run_dir(cfg.paths.output_dir)} already holds a finished run trained with other "
                          f"settings: {'; '.join(changed)}; choose a new {new_run_dir(cfg.paths.output_dir)}.")
     if changed and own and in_multirun():
@@ -304,6 +307,11 @@ def _say_other_settings(cfg: DictConfig, meta: dict, step: int, own: bool, ended
     if changed:
         log.warning("the steps before %d were trained with other settings than this command's: %s", step,
                     "; ".join(changed))
+
+
+def _asks_for_another_length(saved: dict, cfg: DictConfig) -> bool:
+    trainer = saved.get("trainer", {})
+    return any(trainer.get(key) != cfg.trainer.get(key) for key in ("epochs", "max_steps"))
 
 
 def _check_scheduled_length(cfg: DictConfig, meta, total_steps: int, ckpts, own: bool) -> None:

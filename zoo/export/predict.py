@@ -61,6 +61,7 @@ def _check_command(cfg: DictConfig) -> None:
             raise UserError(f"output={cfg.output} cannot be written: {parent} is not a writable directory; "
                             "choose another output or leave it out to print to stdout.")
         _refuse_output_over_what_it_reads(cfg)
+        _refuse_output_over_another_file(cfg.output)
     kind = os.path.splitext(cfg.output or "")[1].lower()
     if kind in OTHER_FORMATS:  # written as CSV under that name: np.load then took it for pickled data
         raise UserError(f"output={cfg.output} names a {kind} file, but predict.py writes CSV text, which "
@@ -84,6 +85,23 @@ def _refuse_output_over_what_it_reads(cfg: DictConfig) -> None:
         if os.path.exists(cfg.output) and os.path.exists(path) and os.path.samefile(cfg.output, path):
             raise UserError(f"output={cfg.output} is the {what}, which the predictions would replace; name another "
                             ".csv file to write, or leave output out to print to stdout.")
+
+
+PREDICTIONS_HEADERS = ("class,probability_0", "prediction")  # the first line of what to_csv writes
+
+
+def _refuse_output_over_another_file(output: str) -> None:
+    """A file `output` names is replaced only where it holds predictions (this command's, run again) or nothing:
+    any other (a run's metrics.jsonl, its checkpoints' metadata, a document) would be lost for good."""
+    if not os.path.isfile(output) or os.path.getsize(output) == 0:
+        return
+    with open(output, "rb") as f:
+        first = f.readline(200).decode("utf-8", "replace")
+    if not first.startswith(PREDICTIONS_HEADERS):
+        raise UserError(f"output={output} is a file that holds no predictions (its first line is not the "
+                        "'class,probability_0,...' or 'prediction' header predict.py writes), which they would "
+                        "replace; name another .csv file, remove that one first, or leave output out to print to "
+                        "stdout.")
 
 
 def load_export(run_dir: str):
