@@ -465,6 +465,11 @@ def test_unwritable_hydra_run_dir_is_refused_before_hydra_creates_it(tmp_path, c
     assert exit_.value.code == 2
     assert capsys.readouterr().err == (f"error: hydra.run.dir={tmp_path}/a_file/run is not writable (Not a directory); "
                                        "set hydra.run.dir to a directory you can write.\n")
+    config.hydra.run.dir = str(tmp_path / "a_file")  # it said 'not writable (File exists)'
+    with pytest.raises(SystemExit):
+        RunDirCheck().on_run_start(config)
+    assert capsys.readouterr().err == (f"error: hydra.run.dir={tmp_path}/a_file is not writable (it is a file); set "
+                                       "hydra.run.dir to a directory you can write.\n")
 
 
 def test_resume_with_a_changed_state_shape_names_the_settings(make_cfg):

@@ -114,6 +114,8 @@ RECORD_BYTES = 64 * 1024  # more than a run's .hydra/ record and first log lines
 def unwritable_reason(path: str):
     """None if `path` is (made) a directory we can write a file into, else why not ('Not a directory', ...). The
     file takes RECORD_BYTES: an empty one fits on a full disk, where Hydra's record would then fail."""
+    if os.path.isfile(path):  # else 'File exists', which reads as if the directory were there
+        return "it is a file"
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.TemporaryFile(dir=path) as f:
