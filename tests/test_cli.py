@@ -463,9 +463,12 @@ def test_a_result_after_the_console_log_found_stdout_unwritable_is_refused_not_l
         write_stdout("the result\n", lambda why: f"not printed ({why})")
 
 
-@pytest.mark.parametrize("script, says", [("train", "checkpoints already written are kept and the same command resumes"),
-                                          ("eval", "no eval results were written — run the same command again")])
-def test_a_ctrl_c_outside_a_task_is_the_commands_own_line(script, says, capsys, monkeypatch):
+@pytest.mark.parametrize("script, began, says", [
+    ("train", False, " before training began; nothing was trained — run the same command again.\n"),  # said kept
+    ("train", True, "; checkpoints already written are kept and the same command resumes"),  # Hydra's job ended
+    ("eval", False, "; no eval results were written — run the same command again")])
+def test_a_ctrl_c_outside_a_task_is_the_commands_own_line(script, began, says, capsys, monkeypatch):
+    """Before any task (Hydra composing the config, setting the job up) no checkpoint exists to be kept."""
     from zoo import cli
 
     def interrupted():
@@ -477,11 +480,12 @@ def test_a_ctrl_c_outside_a_task_is_the_commands_own_line(script, says, capsys, 
     monkeypatch.setattr(cli, "_hard_exit", exit_)
     monkeypatch.setattr(cli, "_sweep_dir", None)
     monkeypatch.setattr(cli, "_ctrl_c", cli.CTRL_C)  # put back after: it is process-wide, set by the script
+    monkeypatch.setattr(cli, "_task_began", began)
     with pytest.raises(SystemExit) as e:
         cli.main_with_one_line_ctrl_c(interrupted, *([] if script == "train" else
                                                      [cli.reader_ctrl_c("no eval results were written")]))
     err = capsys.readouterr().err
-    assert e.value.code == 130 and err.startswith(f"error: interrupted by Ctrl-C; {says}") and err.count("\n") == 1
+    assert e.value.code == 130 and err.startswith(f"error: interrupted by Ctrl-C{says}") and err.count("\n") == 1
 
 
 @pytest.fixture(scope="module")

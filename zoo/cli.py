@@ -449,6 +449,8 @@ def quiet_libraries() -> None:
 
 def run_task(fn, cfg):
     """Call fn(cfg); return its objective for sweepers. In a sweep an error fails only this trial."""
+    global _task_began
+    _task_began = True
     quiet_libraries()
     # train only; eval checks its run_dir itself. None where it does not resolve, refused below
     output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
@@ -666,6 +668,7 @@ def reader_ctrl_c(unwritten: str) -> str:
 _ctrl_c = CTRL_C  # this command's line for a Ctrl-C outside the train loop: train.py's, or a reading command's
 _sweep_dir = None  # this process's multirun, once started: a Ctrl-C that ends it names the sweep to rerun
 _study_in_memory = False  # its Optuna study lives in memory: no rerun continues it
+_task_began = False  # a task (run_task) has begun in this process: before it, Hydra composes and sets the job up
 _sweep_dirs_made = []  # the directories its start made for hydra.sweep.dir, deepest first
 _sweep_job_dirs = set()  # the run directories of the jobs of this process's multirun that have ended
 
@@ -709,6 +712,9 @@ def main_with_one_line_ctrl_c(main, interrupted: str = CTRL_C) -> None:
                       f"{'resume the sweep' if _ctrl_c == CTRL_C else 'run it again'}."
             if _study_in_memory:
                 message = f"{stopped}; {kept}, but {STUDY_IN_MEMORY}."
+        elif _ctrl_c == CTRL_C and not _task_began:  # no run had begun, so there is nothing to resume
+            stopped = message.split(";")[0]
+            message = f"{stopped} before training began; nothing was trained — run the same command again."
         _exit(message, code, hard=True)  # as a single run's: finalising after a cut compilation can segfault
     except ValueError as e:  # Hydra refuses two of its modes together in a traceback, before reading any override
         if not str(e).startswith(HYDRA_MODES_REFUSED):
