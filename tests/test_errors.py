@@ -649,7 +649,7 @@ def test_a_compilation_cache_dir_that_cannot_be_written_is_named_in_a_warning(ma
     in_the_way.write_text("")
     results = train(make_cfg("debug=smoke", f"paths.compilation_cache_dir={in_the_way}"))
     assert results["test"]["count"] == 359
-    assert (f"paths.compilation_cache_dir={in_the_way} cannot be written (File exists), so compiled programs are not "
+    assert (f"paths.compilation_cache_dir={in_the_way} cannot be written (it is a file), so compiled programs are not "
             "cached; set it to a writable directory, or to null to turn the cache off") in caplog.text
 
 
