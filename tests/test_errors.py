@@ -1434,6 +1434,53 @@ def test_a_file_where_a_sweeps_job_folder_goes_is_one_sentence(tmp_path, capsys)
     assert capsys.readouterr().err == ""
 
 
+def test_what_is_in_the_way_of_a_job_under_a_subdir_of_ones_own_is_found_once_the_job_is_composed(tmp_path):
+    """A subdir other than the job number is known only per job: a file at its directory, at a folder on the way
+    down to it, or at its .hydra/ record is named, with the job's number; a free path is not."""
+    from omegaconf import OmegaConf
+
+    from zoo.cli import jobs_dir_blocked
+
+    def job(subdir, num=3):
+        return OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path), "subdir": subdir}, "output_subdir": ".hydra",
+                                           "job": {"name": "train", "num": num}}})
+
+    (tmp_path / "x_3").write_text("")
+    (tmp_path / "runs").write_text("")
+    (tmp_path / "y_3").mkdir()
+    (tmp_path / "y_3" / ".hydra").write_text("")
+    (tmp_path / "z_3").mkdir()
+    assert str(jobs_dir_blocked(job("x_${hydra.job.num}"))) == (
+        f"something is in the way at {tmp_path / 'x_3'} (a file where job 3 of a sweep keeps its run); move it, or "
+        "choose another hydra.sweep.subdir.")
+    assert str(jobs_dir_blocked(job("runs/lr_${hydra.job.num}"))).startswith(
+        f"something is in the way at {tmp_path / 'runs'} (a file where job 3 ")
+    assert str(jobs_dir_blocked(job("y_${hydra.job.num}"))) == (
+        f"something is in the way at {tmp_path / 'y_3' / '.hydra'} (a file where Hydra keeps the run's record); "
+        "move it, or choose another hydra.sweep.subdir.")
+    for free in ("z_${hydra.job.num}", "new/x_${hydra.job.num}", "x_${hydra.job.num}"):
+        assert jobs_dir_blocked(job(free, num=4)) is None, free
+
+
+@pytest.mark.parametrize("launcher", ["basic", "population"])
+def test_a_file_where_a_job_under_a_subdir_of_ones_own_goes_is_one_sentence(launcher, data_dir, tmp_path):
+    """Hydra's run_job made such a job's folder and raised a traceback at the file in its way; the population
+    launcher's own set-up did the same. The basic launcher runs the jobs before it; the population launcher,
+    which trains its batch together, refuses the batch before any job trains."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "x_1").write_text("notes")
+    done = run(["-m", "debug=smoke", "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=x_${hydra.job.num}",
+                f"hydra/launcher={launcher}"], data_dir)
+    assert_one_sentence(done, 2, f"something is in the way at {sweep / 'x_1'} (a file where job 1 of a sweep keeps "
+                                 "its run); move it, or choose another hydra.sweep.subdir.")
+    assert (sweep / "x_1").read_text() == "notes"
+    if launcher == "basic":
+        assert (sweep / "x_0" / "results.json").is_file()
+    else:
+        assert os.listdir(sweep) == ["x_1"]  # nor the plan of a batch that never ran
+
+
 @pytest.mark.parametrize("folder, why", [
     # orbax would take the command's files there for a step, and delete them with the run's old steps
     ("checkpoints", "whose old steps are deleted as it trains"),

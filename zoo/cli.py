@@ -206,6 +206,7 @@ class RunDirCheck(Callback):
             exit_with(refused)
         _exit_if_no_jobs(config)  # before the sweep dir is made: nothing would go into it
         _exit_if_submitit_cannot_run(config)
+        _check_each_jobs_dir_as_it_starts()
         _id_folders[:] = _submitit_id_folders(config)
         _exit_if_inside_a_runs_folder(config.hydra.sweep.dir, "hydra.sweep.dir")  # its jobs' dirs lie below it
         _sweep_dirs_made[:] = _missing_dirs(str(config.hydra.sweep.dir))
@@ -362,6 +363,12 @@ def _exit_if_unwritable(path: str, setting: str) -> None:
 def _exit_if_in_the_way(run_dir: str, config, setting: str) -> None:
     """Hydra writes <run dir>/.hydra/ and <job name>.log before the task starts, and reports a file or directory
     already in their place as a traceback."""
+    error = _in_the_way(run_dir, config, setting)
+    if error is not None:
+        exit_with(error)
+
+
+def _in_the_way(run_dir: str, config, setting: str) -> UserError | None:
     record = OmegaConf.select(config, "hydra.output_subdir")
     handlers = OmegaConf.select(config, "hydra.job_logging.handlers") or {}
     log_file = os.path.join(run_dir, f"{OmegaConf.select(config, 'hydra.job.name')}.log")
@@ -371,8 +378,43 @@ def _exit_if_in_the_way(run_dir: str, config, setting: str) -> None:
     elif any("filename" in h for h in handlers.values()) and os.path.isdir(log_file):
         obstacle, why = log_file, "a directory where Hydra writes the command's log"
     else:
+        return None
+    return UserError(f"something is in the way at {obstacle} ({why}); move it, or choose another {setting}.")
+
+
+def jobs_dir_blocked(job) -> UserError | None:
+    """Why `job` (a sweep's job config, its number set) cannot start, where something is in the way. Hydra makes
+    the job's directory (hydra.sweep.dir / hydra.sweep.subdir) as the job starts and reports a file in its way, or
+    in the way of its .hydra/ record and log, as a traceback. The sweep's start checks the default subdirs, the job
+    numbers; a subdir of the user's own (`x_${hydra.job.num}`) is known only once its job is composed."""
+    job_dir = os.path.join(str(job.hydra.sweep.dir), str(job.hydra.sweep.subdir))
+    obstacle = job_dir
+    while not os.path.lexists(obstacle) and os.path.dirname(obstacle) not in ("", obstacle):
+        obstacle = os.path.dirname(obstacle)  # mkdir(parents=True) stops at the first file on its way down
+    if os.path.lexists(obstacle) and not os.path.isdir(obstacle):
+        return UserError(f"something is in the way at {obstacle} (a file where job {job.hydra.job.num} of a sweep "
+                         "keeps its run); move it, or choose another hydra.sweep.subdir.")
+    return _in_the_way(job_dir, job, "hydra.sweep.subdir")
+
+
+def _check_each_jobs_dir_as_it_starts() -> None:
+    """Hydra's basic launcher composes each job just before its run_job makes the job's directory, and offers no
+    hook in between: its module's run_job is wrapped to check that directory first."""
+    from hydra._internal.core_plugins import basic_launcher
+
+    run_job = basic_launcher.run_job
+    if getattr(run_job, "checks_the_jobs_dir", False):
         return
-    exit_with(UserError(f"something is in the way at {obstacle} ({why}); move it, or choose another {setting}."))
+
+    def checked_run_job(*args, **kwargs):
+        config = kwargs.get("config")
+        error = jobs_dir_blocked(config) if config is not None and kwargs.get("job_subdir_key") else None
+        if error is not None:
+            exit_with(error)
+        return run_job(*args, **kwargs)
+
+    checked_run_job.checks_the_jobs_dir = True
+    basic_launcher.run_job = checked_run_job
 
 
 _held = {}  # directory -> the open descriptor whose lock holds it until this process ends

@@ -22,7 +22,7 @@ from hydra.core.utils import (JobReturn, JobRuntime, JobStatus, _flush_loggers, 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from zoo import preemption
-from zoo.cli import release_output_dir
+from zoo.cli import jobs_dir_blocked, release_output_dir
 from zoo.errors import UserError, exit_with
 from zoo.sweeps.stop_on_signal import deferred, end_sweep_before_next_job, end_sweep_if_stopped
 
@@ -53,6 +53,10 @@ def launch(hydra_context, config, task_function, job_overrides, initial_job_idx:
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = sweep_config.hydra.job.num = idx
         jobs.append(sweep_config)
+    for job in jobs:  # before any job of the batch trains: a population trains several at once
+        blocked = jobs_dir_blocked(job)
+        if blocked is not None:
+            _refuse_batch(blocked, hydra_context, config)
     trainer = getattr(task_function, "train_population", None)
     groups = [[i] for i in range(len(jobs))]
     if trainer is not None:
@@ -191,18 +195,24 @@ def _prepare(sweep_config) -> PreparedJob:
 
 def _check_settings(cfgs: list, hydra_context, config) -> None:
     from zoo.population.train import check_population_settings
-    from zoo.sweeps.summary_callback import SweepSummary
 
     try:
         for cfg in cfgs:
             check_population_settings(cfg)
     except UserError as e:  # the whole sweep would fail the same way: one sentence, before any training
-        # the sweeper wrote this command's multirun.yaml before the batch came here: while no job of this command
-        # has run, the sweep dir's summary keeps the plan of the jobs it holds
-        for callback in getattr(hydra_context.callbacks, "callbacks", []):
-            if isinstance(callback, SweepSummary):
-                callback.batch_refused(config)
-        exit_with(e)
+        _refuse_batch(e, hydra_context, config)
+
+
+def _refuse_batch(error: UserError, hydra_context, config) -> None:
+    """End the command with `error`'s sentence before any job of the batch ran. The sweeper wrote this command's
+    multirun.yaml before the batch came here: while no job of this command has run, the sweep dir's summary keeps
+    the plan of the jobs it holds."""
+    from zoo.sweeps.summary_callback import SweepSummary
+
+    for callback in getattr(hydra_context.callbacks, "callbacks", []):
+        if isinstance(callback, SweepSummary):
+            callback.batch_refused(config)
+    exit_with(error)
 
 
 def _train_group(trainer, prepared: list) -> tuple[list, list]:
