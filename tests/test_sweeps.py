@@ -458,6 +458,9 @@ def test_another_grid_refused_by_a_finished_sweeps_jobs_leaves_its_files_as_they
     files = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
     refused = multirun(data_dir, sweep, "optimizer.learning_rate=0.1,0.2", check=False)
     assert refused.returncode == 1 and "was trained with other settings: model._target_" in refused.stderr
+    # Hydra prints a batch's first failure alone: each refusal is on the console as its job ends
+    said = [line for line in refused.stdout.splitlines() if "[zoo][ERROR] - error: " in line]
+    assert len(said) == 2 and f"{sweep}/0/" in said[0] and f"{sweep}/1 " in said[1], refused.stdout[-3000:]
     assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == files
     grown = multirun(data_dir, sweep, "model=linear,mlp,cnn")  # its first jobs stand: the new command's plan holds
     assert "- model=linear,mlp,cnn" in (sweep / "multirun.yaml").read_text(), grown.stderr[-2000:]
@@ -474,6 +477,21 @@ def test_a_later_job_sharing_a_directory_does_not_train_on_an_earlier_jobs_run(d
         in proc.stderr, proc.stderr[-2000:]
     assert json.loads((sweep / "same" / "results.json").read_text())["steps"] == 4  # the first job's, as it was
     assert [r["trainer.max_steps"] for r in summary_rows(sweep)] == ["4"]
+
+
+def test_a_later_job_sharing_a_directory_does_not_replace_an_earlier_jobs_failure(data_dir, tmp_path):
+    """An earlier job that failed before its first checkpoint left only its failure.json and logs: the next job in
+    its directory trained there, the failure vanished from the summary, and the sweep said nothing of it."""
+    sweep = tmp_path / "diverged"
+    proc = multirun(data_dir, sweep, "optimizer.learning_rate=1e30,0.1", "hydra.sweep.subdir=same", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert (f"error: hydra.run.dir={sweep / 'same'} holds what an earlier job of this sweep left there (its "
+            "failure.json and logs), which this job would replace; choose a new hydra.sweep.subdir that holds "
+            "${hydra.job.num} (this sweep's jobs share one directory).") in proc.stdout, proc.stdout[-2000:]
+    failure = json.loads((sweep / "same" / "failure.json").read_text())
+    assert failure["error"] == "NonFiniteLoss" and "optimizer.learning_rate=1e+30" in failure["overrides"]
+    assert not (sweep / "same" / "results.json").exists()
+    assert [(r["status"], r["optimizer.learning_rate"]) for r in summary_rows(sweep)] == [("failed", "1e+30")]
 
 
 def test_a_one_job_sweep_kept_at_its_root_is_rerun_as_any_sweep(data_dir, tmp_path):

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 
 from zoo import run_record
 from zoo.console import discard, unwritable
-from zoo.errors import Interrupted, ProcessesNotJoined, UserError, exit_with
+from zoo.errors import Interrupted, ProcessesNotJoined, RunRefused, UserError, exit_with
 from zoo.run_dirs import holds_steps, holds_training_run, refuse_inside_a_runs_folder, run_whose_checkpoints_hold
 from zoo.preemption import (STUDY_IN_MEMORY, Preempted, interrupt_of, interrupts_remembered, raise_a_lost_interrupt,
                             study_in_memory)
@@ -665,7 +665,9 @@ def _exit_if_the_users(e: BaseException, resume: str | None = None) -> None:
     if isinstance(e, UserError):
         if multirun and isinstance(e, Interrupted):
             raise KeyboardInterrupt from e  # Ctrl-C ends the whole sweep, not one trial
-        if multirun:  # the trial fails alone; its train.log ends in its sentence, as its single run's does
+        if multirun and isinstance(e, RunRefused):  # its directory's log was put back as it was: Hydra prints only
+            logging.getLogger("zoo").error(f"error: {e}")  # a batch's first failure, so the console says each one
+        elif multirun:  # the trial fails alone; its train.log ends in its sentence, as its single run's does
             _into_log_files(f"error: {e}")
         if not multirun and not (full and not isinstance(e, (Interrupted, Preempted))):  # stops keep their codes
             _exit(str(e), e.exit_code, hard=isinstance(e, (Interrupted, ProcessesNotJoined)))

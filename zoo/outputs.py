@@ -191,6 +191,9 @@ def _open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, z
                                  f"{shared}.")
             # said once the run is known to go on: a refusal (other settings) is not preceded by it
             log.info("resuming from step %d of %s", start_step, ckpts.directory if own else cfg.trainer.resume)
+        if restored is None and (shared := shared_job_dir(out_dir)):  # it failed or was pruned before a checkpoint
+            raise RunRefused(f"{named_run_dir(out_dir)} holds what an earlier job of this sweep left there (its "
+                             f"failure.json and logs), which this job would replace; choose a new {shared}.")
     except BaseException:  # refused (other settings, resume=never): release the manager opened above
         if ckpts is not None:
             ckpts.close()
