@@ -184,16 +184,14 @@ def _open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, z
             else None
         if restored is not None and recorded is None:  # it trains on, or finishes (its results.json is missing)
             _say_other_settings(cfg, meta, start_step, own, ended)
-            shared = shared_job_dir(out_dir) if own else None
-            if shared:  # an earlier job of this sweep ran here: training on would replace that job's results
-                raise RunRefused(f"{named_run_dir(out_dir)} holds the run an earlier job of this sweep left at step "
-                                 f"{start_step}, which this job would train on to step {total_steps}; choose a new "
-                                 f"{shared}.")
-            # said once the run is known to go on: a refusal (other settings) is not preceded by it
+        shared = shared_job_dir(out_dir) if recorded is None else None
+        if shared:  # an earlier job of this sweep ran here: this one would replace its run or its failure
+            left = (f"the run an earlier job of this sweep left at step {start_step}, which this job would train on "
+                    f"to step {total_steps}" if own else "what an earlier job of this sweep left there (its "
+                    "failure.json and logs), which this job would replace")
+            raise RunRefused(f"{named_run_dir(out_dir)} holds {left}; choose a new {shared}.")
+        if restored is not None and recorded is None:  # said once the run is known to go on, after any refusal
             log.info("resuming from step %d of %s", start_step, ckpts.directory if own else cfg.trainer.resume)
-        if restored is None and (shared := shared_job_dir(out_dir)):  # it failed or was pruned before a checkpoint
-            raise RunRefused(f"{named_run_dir(out_dir)} holds what an earlier job of this sweep left there (its "
-                             f"failure.json and logs), which this job would replace; choose a new {shared}.")
     except BaseException:  # refused (other settings, resume=never): release the manager opened above
         if ckpts is not None:
             ckpts.close()
