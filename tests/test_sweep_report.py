@@ -378,3 +378,60 @@ def test_the_pareto_fronts_line_gives_each_members_test_metrics_and_run_director
         f"Pareto front (2 jobs): job 0: validation/accuracy=0.9, wall_time_s=2 (test/accuracy=0.85) with `seed=0`, "
         f"run directory {tmp_path / '0'}; job 1: validation/accuracy=0.8, wall_time_s=1 (test/accuracy=0.75) with "
         f"`seed=1`, run directory {tmp_path / '1'}")
+
+
+RECORD_EDGES = """\
+rate: 1e-3
+small: 1.0e-05
+whole: 3.
+big: 1_000.5
+infinite: -.inf
+undefined: .nan
+when: 2001-12-14
+yes_word: yes
+null_word: ~
+octal: 0o17
+text: '1e-3'
+missing: ???
+path: !!python/object/apply:pathlib.PosixPath [/tmp, x]
+nested: {a: [1, 2.5e+3, {b: null}], c: '${rate}'}
+"""
+
+
+@pytest.mark.parametrize("text", [RECORD_EDGES, "- seed=0\n- optimizer.learning_rate=1e-3\n", ""])
+def test_a_job_record_reads_as_omegaconf_reads_it(tmp_path, text):
+    """A summary parses each job's .hydra/ files with libyaml under OmegaConf's rules (its float forms, no
+    timestamps, pathlib paths): the same config as OmegaConf.load."""
+    path = tmp_path / "record.yaml"
+    path.write_text(text)
+    expected, got = OmegaConf.load(path), sweep_jobs.load_config(str(path))
+    assert type(got) is type(expected)
+    assert OmegaConf.to_yaml(got) == OmegaConf.to_yaml(expected)
+    assert repr(OmegaConf.to_container(got)) == repr(OmegaConf.to_container(expected))  # 1e-3 a float in both
+
+
+@pytest.mark.parametrize("text", ["a: 1\na: 2\n", "a: {b: 1, b: 2}\n"])
+def test_a_job_record_with_a_duplicate_key_is_refused_as_omegaconf_refuses_it(tmp_path, text):
+    path = tmp_path / "record.yaml"
+    path.write_text(text)
+    with pytest.raises(Exception, match="found duplicate key") as omegaconfs:
+        OmegaConf.load(path)
+    with pytest.raises(omegaconfs.type, match="found duplicate key"):
+        sweep_jobs.load_config(str(path))
+
+
+@pytest.mark.parametrize("config, objective", [
+    ("optimized_metric: null\ndataset:\n  task: regression\n  validation_fraction: 0.1\n", "validation/loss"),
+    ("optimized_metric: null\ndataset:\n  task: regression\n  validation_fraction: 0.0\n", "test/loss"),
+    ("optimized_metric: [validation/accuracy, wall_time_s]\n", "['validation/accuracy', 'wall_time_s']"),
+    # an interpolation may name any key of the config: then the whole config is made
+    ("optimized_metric: ${aim}\naim: test/r2\n", "test/r2"),
+    ("optimized_metric: null\nkind: regression\ndataset:\n  task: ${kind}\n", "test/loss"),
+    ("optimized_metric: null\nsplits: {task: regression, validation_fraction: 0.2}\ndataset: ${splits}\n",
+     "validation/loss"),
+])
+def test_a_jobs_objective_is_read_from_the_keys_it_depends_on(tmp_path, config, objective):
+    write_job(tmp_path, "0", ["seed=0"], results=completed(0.5))
+    (tmp_path / "0" / ".hydra" / "config.yaml").write_text(config)
+    whole = sweep_report.objective_name(OmegaConf.load(tmp_path / "0" / ".hydra" / "config.yaml"))
+    assert str(sweep_report.recorded_objective(str(tmp_path / "0"))) == str(whole) == objective

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from zoo.config import default_objective, direction_of  # noqa: E402
 from zoo.files import write_text  # noqa: E402
 from zoo.sweeps import pareto, plots  # noqa: E402
-from zoo.sweeps.jobs import DamagedJob, finite, find_job_dirs, job_record, read_job  # noqa: E402
+from zoo.sweeps.jobs import DamagedJob, finite, find_job_dirs, job_record, load_config, read_job  # noqa: E402
 
 STATUS_ORDER = {"completed": 0, "pruned": 1, "stopped": 2, "unfinished": 3, "failed": 4}
 
@@ -33,8 +33,8 @@ def objective_and_direction(job_dir: str) -> tuple:
     """('test/accuracy', 'maximize'): the sweeper's direction if it has one, else the task's or the metric's.
 
     A multi-objective sweep gives two lists: (['validation/accuracy', 'wall_time_s'], ['maximize', 'minimize'])."""
-    cfg, hydra_cfg = job_record(job_dir, "config.yaml"), job_record(job_dir, "hydra.yaml")
-    name = objective_name(cfg)
+    hydra_cfg = job_record(job_dir, "hydra.yaml", only=("hydra.sweeper.directions", "hydra.sweeper.direction"))
+    name = recorded_objective(job_dir)
     direction = [direction_of(n) for n in name] if isinstance(name, list) else direction_of(name)
     swept = OmegaConf.select(hydra_cfg, "hydra.sweeper.directions", default=None)
     swept = swept if swept is not None else OmegaConf.select(hydra_cfg, "hydra.sweeper.direction", default=None)
@@ -43,6 +43,14 @@ def objective_and_direction(job_dir: str) -> tuple:
         swept = [str(d).rpartition(".")[2].lower() for d in (swept if isinstance(swept, list) else [swept])]
         direction = swept if isinstance(name, list) else swept[0]
     return name, direction
+
+
+OBJECTIVE_INPUTS = ("optimized_metric", "dataset.validation_fraction", "dataset.task")  # what objective_name reads
+
+
+def recorded_objective(job_dir: str) -> str | list:
+    """objective_name of the config a job ran with (its .hydra/config.yaml)."""
+    return objective_name(job_record(job_dir, "config.yaml", only=OBJECTIVE_INPUTS))
 
 
 def objective_name(cfg) -> str | list:
@@ -65,7 +73,7 @@ def mixed_objectives(jobs: list, names: dict = None) -> str | None:
     seen = {}
     for job in jobs:
         if job not in names:
-            names[job] = str(objective_name(job_record(job, "config.yaml")))
+            names[job] = str(recorded_objective(job))
         seen.setdefault(names[job], job)
     if len(seen) < 2:
         return None
@@ -108,6 +116,9 @@ def collect(root: str, known: dict = None) -> dict:
             "metrics": list(dict.fromkeys(m for r in rows for m in r["metrics"]))}
 
 
+SWEEP_PLAN_INPUTS = ("hydra.overrides.task", "hydra.sweeper.params", "hydra.sweeper._target_")  # of multirun.yaml
+
+
 def sweep_plan(root: str) -> tuple:
     """(keys the command swept, those searched over a linear interval, the number of jobs it asked for or None):
     from the sweep's multirun.yaml, so that a sweep stopped after one job still shows its swept keys as such and
@@ -117,7 +128,7 @@ def sweep_plan(root: str) -> tuple:
 
     parser = OverridesParser.create()
     try:
-        cfg = OmegaConf.load(os.path.join(root, "multirun.yaml"))
+        cfg = load_config(os.path.join(root, "multirun.yaml"), only=SWEEP_PLAN_INPUTS)
         overrides = parser.parse_overrides([str(o) for o in cfg.hydra.overrides.task])
         params = OmegaConf.to_container(OmegaConf.select(cfg, "hydra.sweeper.params") or OmegaConf.create({}))
         searched = parser.parse_overrides([f"{k}={v}" for k, v in params.items()])

@@ -27,7 +27,7 @@ from zoo.files import write_json, write_text
 from zoo.loop import TrialPruned
 from zoo.run_logger import draw_summary_plot
 from zoo.sweeps import report
-from zoo.sweeps.jobs import DamagedJob, job_record
+from zoo.sweeps.jobs import DamagedJob
 
 log = logging.getLogger(__name__)
 _batch = {"open": False, "last": None}  # last: the summary the batch's last ended job would have written
@@ -77,7 +77,7 @@ def _refuse_another_objective(config: DictConfig) -> None:
     if swept & set(OBJECTIVE_KEYS) or (OmegaConf.select(config, "optimized_metric") is None and swept & set(TASK_KEYS)):
         return  # each job's objective is its own value of the swept key, not the config's
     try:
-        theirs, ours = report.objective_name(job_record(jobs[0], "config.yaml")), None
+        theirs, ours = report.recorded_objective(jobs[0]), None
     except DamagedJob as e:  # its summary could not place that job either
         exit_with(UserError(str(e)))
     with contextlib.suppress(Exception):  # a config the jobs will refuse on their own
