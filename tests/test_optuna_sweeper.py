@@ -73,6 +73,15 @@ def test_n_jobs_trials_go_to_the_launcher_in_one_call(tmp_path):
     assert numbers == list(range(10))  # each job carries its own trial's number, for pruning reports
 
 
+def test_brute_force_over_discrete_values_runs_each_combination_once(tmp_path):
+    space = {"optimizer.learning_rate": "choice(0.001, 0.01)", "trainer.batch_size": "range(16, 48, 16)"}
+    launcher = RecordingLauncher()
+    make_sweep(tmp_path, launcher, sampler={"_target_": "optuna.samplers.BruteForceSampler", "seed": 0},
+               params=space, n_trials=4).sweep([])
+    assert sorted(trial_params(launcher)) == [(f"optimizer.learning_rate={lr}", f"trainer.batch_size={bs}")
+                                              for lr in ("0.001", "0.01") for bs in (16, 32)]
+
+
 def test_grid_covers_the_basic_sweepers_grid_and_finds_the_same_best(tmp_path):
     grid = {"optimizer.learning_rate": "choice(0.001, 0.01)", "trainer.batch_size": "choice(16, 32)"}
     launcher = RecordingLauncher()
@@ -383,6 +392,11 @@ def test_a_stopped_trial_refused_under_other_settings_stays_stopped_for_the_swee
     ({"direction": "up"}, "hydra.sweeper.direction must be minimize, maximize or a list of them"),
     ({"params": {"optimizer.learning_rate": "interval(1e-3, 1e-1)"}, "sampler": GridSamplerConfig()},
      r"hydra\.sweeper\.params\.optimizer\.learning_rate is a continuous interval"),
+    # a trial failed in Optuna's ValueError (FloatDistribution.step must be given), and the sweep in its traceback
+    ({"params": {"optimizer.learning_rate": "tag(log, interval(1e-3, 1e-1))", "seed": "choice(0, 1)"},
+      "sampler": {"_target_": "optuna.samplers.BruteForceSampler"}},
+     r"^hydra\.sweeper\.params\.optimizer\.learning_rate is a continuous interval, which a grid cannot walk; use "
+     r"choice\(\.\.\.\) or range\(\.\.\.\) with hydra\.sweeper\.sampler\._target_=optuna\.samplers\.BruteForceSampler\.$"),
     ({"params": {"optimizer.learning_rate": "interval(1, 0)"}}, r"^optimizer\.learning_rate=interval\(1, 0\) "
                                                                 r"cannot be searched: .*low <= high"),
     ({"params": {"optimizer.learning_rate": "tag(log, interval(0, 1))"}}, r"cannot be searched: .*low > 0"),
@@ -630,11 +644,17 @@ def test_a_sampler_that_fails_while_asked_leaves_no_trial_running(tmp_path, monk
     assert [t.state.name for t in optuna.load_study(study_name="test", storage=storage).trials] == ["FAIL"]
 
 
-def test_a_stored_study_of_another_direction_is_refused(tmp_path):
-    storage = f"sqlite:///{tmp_path}/optuna.db"
+@pytest.mark.parametrize("where, instead", [
+    # the presets' storage: a new sweep dir is a new study; another study_name alone was refused there too, as
+    # a sweep dir keeps one study's trials (tests/test_sweeps.py)
+    ("sweep dir", r"choose a new hydra\.sweep\.dir \(its storage then holds a new study\)\.$"),
+    ("elsewhere", r"choose another hydra\.sweeper\.study_name \(or storage\) and a new hydra\.sweep\.dir\.$"),
+])
+def test_a_stored_study_of_another_direction_is_refused(tmp_path, where, instead):
+    storage = f"sqlite:///{tmp_path}/optuna.db" if where == "sweep dir" else f"sqlite:///{tmp_path}_shared.db"
     make_sweep(tmp_path, RecordingLauncher(), storage=storage, n_trials=1).sweep([])
-    with pytest.raises(UserError, match=r"^study test in sqlite:///.*optuna\.db was created to maximize, and this "
-                                        r"command would minimize; choose another hydra\.sweeper\.study_name"):
+    with pytest.raises(UserError, match=r"^study test in sqlite:///.*\.db was created to maximize, and this "
+                                        r"command would minimize; " + instead):
         make_sweep(tmp_path, RecordingLauncher(), storage=storage, n_trials=1, direction="minimize").sweep([])
 
 
@@ -665,7 +685,8 @@ def test_a_rerun_with_other_choices_is_refused_and_one_with_a_new_parameter_runs
                n_trials=10).sweep([])
     launcher = RecordingLauncher()
     with pytest.raises(UserError, match=r"^study test searched trainer\.batch_size over \[16, 32\], and this command "
-                                        r"over \[64\]; a study keeps a choice's values"):
+                                        r"over \[64\]; a study keeps a choice's values: keep them, or choose a new "
+                                        r"hydra\.sweep\.dir \(its storage then holds a new study\)\.$"):
         make_sweep(tmp_path, launcher, sampler=GridSamplerConfig(), params=grid, storage=storage,
                    n_trials=10).sweep(["trainer.batch_size=choice(64)"])
     assert launcher.calls == []

@@ -196,6 +196,15 @@ class OptunaSweep:
         sampler = build_optuna_object(cfg, "optuna.samplers", "BaseSampler", "hydra.sweeper.sampler")
         return sampler(grid) if isinstance(sampler, functools.partial) else sampler  # GridSampler: grid = space
 
+    def _another_study(self) -> str:
+        """Where a command goes that cannot go on with the stored study: a sweep dir keeps one study's trials (its
+        summary ranks them), and the presets keep the study in the sweep dir too."""
+        storage, sweep_dir = str(self.storage or ""), os.path.abspath(str(self.config.hydra.sweep.dir))
+        if storage.startswith("sqlite:///") and os.path.abspath(storage[len("sqlite:///"):]).startswith(
+                os.path.join(sweep_dir, "")):
+            return "choose a new hydra.sweep.dir (its storage then holds a new study)"
+        return "choose another hydra.sweeper.study_name (or storage) and a new hydra.sweep.dir"
+
     def _study(self, grid: dict, space):
         import optuna
 
@@ -211,13 +220,13 @@ class OptunaSweep:
         except Exception as e:  # noqa: BLE001 — a path, a URL or a database SQLAlchemy refuses, in its own types
             raise UserError(f"hydra.sweeper.storage={self.storage} cannot be opened ({brief(e)}); set it to "
                             "sqlite:///<a writable path>.db or null (in memory).") from None
-        _check_same_choices(study, space.distributions)
+        _check_same_choices(study, space.distributions, self._another_study())
         stored = [d.name.lower() for d in study.directions]
         if stored != self.directions:  # Optuna loads an existing study as it was created, whatever asked for
             metric = OmegaConf.select(self.config, "optimized_metric", default=None)
             asked = ", ".join(self.directions) + (f" (optimized_metric={metric})" if metric is not None else "")
             raise UserError(f"study {study.study_name} in {self.storage} was created to {', '.join(stored)}, and this "
-                            f"command would {asked}; choose another hydra.sweeper.study_name (or storage).")
+                            f"command would {asked}; {self._another_study()}.")
         trials_so_far = len(study.get_trials(deepcopy=False))
         if trials_so_far and self.sampler_cfg is not None:
             study.sampler = self._sampler(grid, trials_so_far)
@@ -244,7 +253,10 @@ class OptunaSweep:
         _check_metrics(self.config, space)
         if self.pruner_cfg is not None:  # else every trial fails so
             self._check_prunable(space)
-        is_grid = "GridSampler" in str((self.sampler_cfg or {}).get("_target_", ""))
+        target = str((self.sampler_cfg or {}).get("_target_", ""))
+        is_grid = "GridSampler" in target
+        if "BruteForceSampler" in target:  # it walks every value too; an interval failed the trial in its ValueError
+            space.grid(f"hydra.sweeper.sampler._target_={target}")
         grid = space.grid() if is_grid else {}
         study = self._study(grid, space)
         self._continue_stopped(study, space, optuna)
@@ -544,7 +556,7 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}" if isinstance(error, UserError) else brief(error)
 
 
-def _check_same_choices(study, distributions: dict) -> None:
+def _check_same_choices(study, distributions: dict, instead: str) -> None:
     """Optuna fixes a parameter's choices within a study ('does not support dynamic value space', at its next ask)."""
     for trial in study.get_trials(deepcopy=False):
         for name, old in trial.distributions.items():
@@ -552,7 +564,7 @@ def _check_same_choices(study, distributions: dict) -> None:
             if hasattr(old, "choices") and new is not None and new != old:
                 raise UserError(f"study {study.study_name} searched {name} over {list(old.choices)}, and this command "
                                 f"over {list(getattr(new, 'choices', [new]))}; a study keeps a choice's values: keep "
-                                "them, or choose another hydra.sweeper.study_name (or storage).")
+                                f"them, or {instead}.")
 
 
 def _check_mappings(sampler, pruner, params) -> None:

@@ -20,8 +20,9 @@ class SearchSpace:
     distributions: dict = field(default_factory=dict)  # key -> optuna distribution
     fixed: dict = field(default_factory=dict)  # key -> the override every trial gets, as written
 
-    def grid(self) -> dict:
-        """key -> the list of values GridSampler walks; only discrete distributions have one."""
+    def grid(self, sampler: str = "hydra/sweeper/sampler=grid") -> dict:
+        """key -> the list of values GridSampler walks; only discrete distributions have one. `sampler`: how the
+        refusal of an interval names the sampler that walks them."""
         from optuna.distributions import CategoricalDistribution, IntDistribution
 
         grid = {}
@@ -35,7 +36,7 @@ class SearchSpace:
                 grid[key] = [float(f"{d.low + i * d.step:.12g}") for i in range(steps + 1)]
             else:
                 raise UserError(f"hydra.sweeper.params.{key} is a continuous interval, which a grid cannot walk; "
-                                "use choice(...) or range(...) with hydra/sweeper/sampler=grid.")
+                                f"use choice(...) or range(...) with {sampler}.")
         return grid
 
 
