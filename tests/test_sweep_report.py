@@ -51,7 +51,7 @@ def test_the_report_runs_by_its_path_from_any_directory(tmp_path):
     done = commands.run([sys.executable, str(script), "sweep"], cwd=tmp_path, env=env, capture_output=True,
                         text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines()[0] == f"1 jobs; summary written to {tmp_path / 'sweep' / 'summary.md'}"
+    assert done.stdout.splitlines()[0] == f"1 job; summary written to {tmp_path / 'sweep' / 'summary.md'}"
     assert (tmp_path / "sweep" / "summary.csv").is_file()
 
 

@@ -251,7 +251,7 @@ def test_a_multi_objective_sweep_reports_its_pareto_front(data_dir, tmp_path):
         results = json.loads((pathlib.Path(r["run_dir"]) / "results.json").read_text())
         assert [float(r["objective_1"]), float(r["objective_2"])] == pytest.approx(
             [results["validation"]["accuracy"], results["wall_time_s"]])
-    assert f"Pareto front ({len(front)} jobs)" in proc.stdout
+    assert f"Pareto front ({len(front)} job{'s' if len(front) > 1 else ''})" in proc.stdout
     assert "objective_1 = `validation/accuracy` (maximize)" in (sweep / "summary.md").read_text()
     assert (sweep / "summary.png").stat().st_size > 0
     solutions = OmegaConf.load(sweep / "optimization_results.yaml").solutions
@@ -668,3 +668,21 @@ def test_a_failed_jobs_train_log_ends_with_its_sentence_as_a_single_runs_does(da
     assert failed[-1].endswith("][zoo][ERROR] - error: training loss became non-finite by step 2 (last finite loss: "
                                "none); lower optimizer.learning_rate or set trainer.clip_norm.")
     assert "error: " not in (sweep / "0" / "train.log").read_text()
+
+
+def test_an_override_naming_the_jobs_own_hydra_config_keeps_the_sweeps_checks(data_dir, tmp_path):
+    """`seed=${hydra:job.num}` resolves only in a job: reading the overrides resolved at the sweep's start raised,
+    Hydra warned that RunDirCheck.on_multirun_start failed, and its checks were skipped (an unwritable sweep dir
+    ended in Hydra's traceback, exit 1)."""
+    (tmp_path / "a_file").write_text("")
+    own_seed = ["model=linear", "dataset=diabetes", "seed=${hydra:job.num}", "optimizer.learning_rate=1e-2,3e-2"]
+    refused = multirun(data_dir, tmp_path / "a_file" / "sweep", *own_seed, check=False)
+    assert (refused.returncode, refused.stderr.strip().splitlines()[-1]) == (
+        2, f"error: hydra.sweep.dir={tmp_path}/a_file/sweep is not writable (Not a directory); set hydra.sweep.dir "
+           "to a directory you can write."), refused.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    for _ in ("run", "the same command again, which reports the finished jobs"):
+        done = multirun(data_dir, sweep, *own_seed)
+        assert "raised" not in done.stderr, done.stderr[-3000:]
+        assert "Jobs: 2 (2 completed)" in (sweep / "summary.md").read_text()
+    assert report.sweep_plan(str(sweep)) == ({"optimizer.learning_rate"}, set(), 2)  # read from multirun.yaml

@@ -254,8 +254,9 @@ def _exit_if_no_jobs(config) -> None:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
-    lines = [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
+    params = OmegaConf.to_container(OmegaConf.select(config, "hydra.sweeper.params") or OmegaConf.create())
+    # as written: `seed=${hydra:job.num}` resolves only in a job (before, the checks of the sweep's start ended here)
+    lines = [f"{key}={value}" for key, value in params.items()] + OmegaConf.to_container(config.hydra.overrides.task)
     loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() else None
     by_key = {o.get_key_element(): o for o in OverridesParser.create(config_loader=loader).parse_overrides(lines)}
     from zoo.sweeps.search_space import zero_step

@@ -86,6 +86,10 @@ def _refusing_duplicate_keys(loader, node, deep=False):
     return yaml.constructor.SafeConstructor.construct_mapping(loader, node, deep=deep)
 
 
+def jobs_text(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
+
+
 def find_job_dirs(root: str) -> list:
     jobs = []
     for dirpath, dirnames, _ in os.walk(root):

@@ -2,6 +2,8 @@
 
 A job is on the front when no other job is at least as good in every objective and better in one.
 """
+from zoo.sweeps.jobs import jobs_text
+
 
 def first(objective):
     return objective[0] if isinstance(objective, list) else objective
@@ -25,7 +27,7 @@ def front(rows: list, directions: list) -> list:
 def front_text(s: dict) -> str:
     if not s["pareto"]:
         return "Pareto front: none, as no job has completed."
-    return f"Pareto front ({len(s['pareto'])} jobs): " + "; ".join(_member_text(r, s["objective"]) for r in s["pareto"])
+    return f"Pareto front ({jobs_text(len(s['pareto']))}): " + "; ".join(_member_text(r, s["objective"]) for r in s["pareto"])
 
 
 def _member_text(r: dict, names: list) -> str:

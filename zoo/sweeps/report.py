@@ -24,7 +24,8 @@ from omegaconf import OmegaConf  # noqa: E402
 from zoo.config import default_objective, direction_of  # noqa: E402
 from zoo.files import write_text  # noqa: E402
 from zoo.sweeps import pareto, plots  # noqa: E402
-from zoo.sweeps.jobs import DamagedJob, finite, find_job_dirs, job_record, load_config, read_job  # noqa: E402
+from zoo.sweeps.jobs import (DamagedJob, finite, find_job_dirs, job_record, jobs_text, load_config,  # noqa: E402
+                             read_job)
 
 STATUS_ORDER = {"completed": 0, "pruned": 1, "stopped": 2, "unfinished": 3, "failed": 4}
 
@@ -129,7 +130,7 @@ def sweep_plan(root: str) -> tuple:
     parser = OverridesParser.create()
     try:
         cfg = load_config(os.path.join(root, "multirun.yaml"), only=SWEEP_PLAN_INPUTS)
-        overrides = parser.parse_overrides([str(o) for o in cfg.hydra.overrides.task])
+        overrides = parser.parse_overrides([str(o) for o in OmegaConf.to_container(cfg.hydra.overrides.task)])
         params = OmegaConf.to_container(OmegaConf.select(cfg, "hydra.sweeper.params") or OmegaConf.create({}))
         searched = parser.parse_overrides([f"{k}={v}" for k, v in params.items()])
     except Exception:  # noqa: BLE001 — none (a folder of runs gathered by hand), or unreadable
@@ -298,7 +299,7 @@ def main(argv=None) -> int:
         print(f"error: the summary cannot be written in {args[0]} ({e.strerror}: {target}); {advice}.",
               file=sys.stderr)
         return 2
-    print(f"{len(s['rows'])} jobs; summary written to {os.path.join(s['root'], 'summary.md')}")
+    print(f"{jobs_text(len(s['rows']))}; summary written to {os.path.join(s['root'], 'summary.md')}")
     print(best_text(s))
     return 0
 

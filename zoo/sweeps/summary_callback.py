@@ -27,7 +27,7 @@ from zoo.files import write_json, write_text
 from zoo.loop import TrialPruned
 from zoo.run_logger import draw_summary_plot
 from zoo.sweeps import report
-from zoo.sweeps.jobs import DamagedJob
+from zoo.sweeps.jobs import DamagedJob, jobs_text
 
 log = logging.getLogger(__name__)
 _batch = {"open": False, "last": None}  # last: the summary the batch's last ended job would have written
@@ -72,7 +72,7 @@ def _refuse_another_objective(config: DictConfig) -> None:
     _refuse_another_study(config)
     # the same grid run again with another objective too: its finished jobs keep the record, and so the
     # objective, they were trained under
-    overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    overrides = OverridesParser.create().parse_overrides(OmegaConf.to_container(config.hydra.overrides.task))
     swept = {o.get_key_element().lstrip("+~") for o in overrides if o.is_sweep_override()}
     if swept & set(OBJECTIVE_KEYS) or (OmegaConf.select(config, "optimized_metric") is None and swept & set(TASK_KEYS)):
         return  # each job's objective is its own value of the swept key, not the config's
@@ -203,7 +203,7 @@ class SweepSummary(Callback):
             counts = {st: sum(r["status"] == st for r in s["rows"]) for st in ("failed", "pruned", "stopped")}
             stopped = f", {counts['stopped']} stopped" if counts["stopped"] else ""
             with _out_of_log_files():
-                log.info("sweep so far: %d jobs, %d failed, %d pruned%s. %s", len(s["rows"]), counts["failed"],
+                log.info("sweep so far: %s, %d failed, %d pruned%s. %s", jobs_text(len(s["rows"])), counts["failed"],
                          counts["pruned"], stopped, report.best_text(s))
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
