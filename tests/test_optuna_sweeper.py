@@ -73,6 +73,7 @@ def test_n_jobs_trials_go_to_the_launcher_in_one_call(tmp_path):
     assert numbers == list(range(10))  # each job carries its own trial's number, for pruning reports
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # the sampler's own: not ours to act on
 def test_brute_force_over_discrete_values_runs_each_combination_once(tmp_path):
     space = {"optimizer.learning_rate": "choice(0.001, 0.01)", "trainer.batch_size": "range(16, 48, 16)"}
     launcher = RecordingLauncher()
