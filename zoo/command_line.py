@@ -414,10 +414,25 @@ def refuse_training_settings(argv: list, script: str, schema, conf_dir: str = CO
         # `trainer=default`: an option of a group whose keys the command takes in part (trainer.batch_size) but whose
         # options are training's; Hydra said to append it, +trainer=default, which it then refused key by key
         an_option_of_trainings = "." not in name and group not in chosen
-        if sep and group and group != "hydra" and (group not in own or an_option_of_trainings) and \
-                os.path.isdir(os.path.join(conf_dir, group)):
+        # `trainer.epochs=3`: a key of such a group that the command's own settings lack (Hydra's multi-line refusal)
+        a_key_of_trainings = "." in name and group not in chosen and not _a_field(schema, name)
+        if sep and group and group != "hydra" and (group not in own or an_option_of_trainings or a_key_of_trainings) \
+                and os.path.isdir(os.path.join(conf_dir, group)):
             exit_with(UserError(f"{arg.lstrip('+~')} is not a setting of {script}, which reads the model, dataset and "
                                 f"training settings of the run that run_dir names from the run itself; remove {arg}."))
+
+
+def _a_field(schema, dotted: str) -> bool:
+    """Whether `dotted` (trainer.batch_size) names a field of the dataclass `schema` or lies beneath one that is no
+    dataclass (a dict or list, whose keys Hydra checks)."""
+    node = schema
+    for part in dotted.split("."):
+        if not dataclasses.is_dataclass(node):
+            return True
+        if part not in {f.name for f in dataclasses.fields(node)}:
+            return False
+        node = typing.get_type_hints(node)[part]
+    return True
 
 
 def _chosen_groups(script: str, conf_dir: str) -> set:
