@@ -424,6 +424,9 @@ def test_a_job_record_with_a_duplicate_key_is_refused_as_omegaconf_refuses_it(tm
     ("optimized_metric: null\ndataset:\n  task: regression\n  validation_fraction: 0.1\n", "validation/loss"),
     ("optimized_metric: null\ndataset:\n  task: regression\n  validation_fraction: 0.0\n", "test/loss"),
     ("optimized_metric: [validation/accuracy, wall_time_s]\n", "['validation/accuracy', 'wall_time_s']"),
+    # an interpolation beside the keys read leaves them as they are
+    ("optimized_metric: null\nx: diabetes\ndataset:\n  name: ${x}\n  task: regression\n  validation_fraction: 0.1\n",
+     "validation/loss"),
     # an interpolation may name any key of the config: then the whole config is made
     ("optimized_metric: ${aim}\naim: test/r2\n", "test/r2"),
     ("optimized_metric: null\nkind: regression\ndataset:\n  task: ${kind}\n", "test/loss"),

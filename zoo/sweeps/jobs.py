@@ -43,15 +43,15 @@ def load_config(path: str, only: tuple = ()):
 
 
 def _keys_of(obj: dict, keys: tuple):
-    """{the given dotted keys that `obj` holds, nested as in obj}, or None where one is (or lies under) a value
-    that may be an interpolation."""
+    """{the given dotted keys that `obj` holds, nested as in obj}, or None where one of them is, holds or lies
+    under an interpolation (the other keys beside them may hold any)."""
     subset = {}
     for key in keys:
         *parents, leaf = key.split(".")
         node, into = obj, subset
         for part in parents:
             node = node.get(part) if isinstance(node, dict) else None
-            if "${" in str(node):
+            if isinstance(node, str) and "${" in node:
                 return None
             into = into.setdefault(part, {})
         if isinstance(node, dict) and leaf in node:

@@ -27,7 +27,8 @@ def front(rows: list, directions: list) -> list:
 def front_text(s: dict) -> str:
     if not s["pareto"]:
         return "Pareto front: none, as no job has completed."
-    return f"Pareto front ({jobs_text(len(s['pareto']))}): " + "; ".join(_member_text(r, s["objective"]) for r in s["pareto"])
+    members = "; ".join(_member_text(r, s["objective"]) for r in s["pareto"])
+    return f"Pareto front ({jobs_text(len(s['pareto']))}): {members}"
 
 
 def _member_text(r: dict, names: list) -> str:
