@@ -294,6 +294,23 @@ def test_a_run_ended_by_an_error_says_why_in_its_train_log_where_eval_points(dat
     assert evaluated.returncode == 2 and "ended before its first checkpoint (its train.log says why" in evaluated.stderr
 
 
+def test_eval_and_export_of_a_run_that_failed_after_its_checkpoints_name_the_error(data_dir, tmp_path):
+    """Their warning for a run without results.json said 'train it to its end', which meets the same error again."""
+    run_dir = tmp_path / "run"
+    diverged = run(["debug=smoke", "optimizer=sgd", "optimizer.learning_rate=1000", "trainer.checkpoint_every=1",
+                    "trainer.nan_check=step", f"hydra.run.dir={run_dir}"], data_dir)
+    assert diverged.returncode == 2, diverged.stderr[-2000:]
+    error = diverged.stderr.strip().splitlines()[-1].removeprefix("error: ").rstrip(".")
+    assert error.startswith("training loss became non-finite at step 5")
+    for script, verb in (("eval.py", "evaluates"), ("export.py", "exports")):
+        done = run([f"run_dir={run_dir}"], data_dir, script=script)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert (f"run_dir={run_dir} ended in an error before it finished ({error}): checkpoint=final {verb} its newest "
+                f"checkpoint, step 4 of the 6 it trains, saved before the error; name checkpoint=latest, best or a "
+                f"step to {verb[:-1]} another one.") in " ".join((done.stdout + done.stderr).split()), done.stderr
+        assert "train it to its end" not in done.stdout + done.stderr
+
+
 def assert_final_checkpoint_equals_in_process_run(run_dir, make_cfg, overrides):
     """The resumed subprocess run ends with the very parameters of an uninterrupted run."""
     cfg = make_cfg(*overrides, out="reference")

@@ -669,7 +669,9 @@ def test_a_dp_run_asked_to_train_longer_is_told_why_it_cannot(make_cfg):
         train(make_cfg("debug=smoke", *DP, "trainer.max_steps=8"))
 
 
-def test_an_exported_dp_model_carries_the_guarantee_of_its_step(make_cfg, tmp_path):
+def test_an_exported_dp_model_carries_the_guarantee_of_its_step_and_not_its_seed(make_cfg, tmp_path):
+    """The noise and the sampling are drawn from the seed, which would undo the guarantee: signature.json, the file
+    shipped beside model.jax, leaves it out."""
     from zoo.export.artifact import export
 
     results = train(make_cfg("debug=smoke", *DP, "trainer.checkpoint_every=2"))
@@ -680,38 +682,53 @@ def test_an_exported_dp_model_carries_the_guarantee_of_its_step(make_cfg, tmp_pa
         assert record["steps"] == steps and record["noise_multiplier"] == 1.0
         assert record["epsilon"] == pytest.approx(reference_epsilon(record), rel=1e-9)
     assert record["epsilon"] < results["privacy"]["epsilon"]  # step 2 spent less than the whole run
+    written = json.loads((tmp_path / "run" / "export" / "signature.json").read_text())
+    assert "seed" not in written["config"] and written["privacy"]["seed"].startswith("withheld from this file")
+    assert written["config"]["privacy"]["noise_multiplier"] == 1.0  # the rest of the config stays
 
 
 @pytest.mark.parametrize("results_json", [None, "{\"test\": ", "{}"], ids=["missing", "cut-short", "no-record"])
-def test_an_exported_dp_model_of_a_run_without_a_readable_privacy_record_says_which(make_cfg, tmp_path, results_json):
-    """A run not finished has no results.json; one whose results.json is damaged was said to have none."""
+def test_an_exported_dp_model_of_a_run_without_a_readable_privacy_record_has_it_made_from_its_settings(
+        make_cfg, tmp_path, results_json):
+    """A run not finished (stopped, or still training) has no results.json: its export said only that, and pointed
+    to the train records' epsilon, spent at an earlier step than the one exported. The record is now made from the
+    run's saved settings (the noise solved again for its target), as its results.json would hold it."""
     from zoo.export.artifact import export
 
-    train(make_cfg("debug=smoke", *DP))
+    results = train(make_cfg("debug=smoke", "privacy=dpsgd", "privacy.target_epsilon=3", "trainer.checkpoint_every=2"))
     path = tmp_path / "run" / "results.json"
     if results_json is None:
         path.unlink()
     else:
         path.write_text(results_json)
-    note = export(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="export"))["signature"]["privacy"]["note"]
-    said = {None: "the run has no results.json", "{\"test\": ": f"{path} cannot be read",
+    said = {None: "the run has no results.json (it has not finished)", "{\"test\": ": f"{path} cannot be read",
             "{}": f"{path} holds no privacy record"}[results_json]
-    assert note.startswith(said + "; metrics.jsonl's train records carry the epsilon spent"), note
+    record = export(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="export"))["signature"]["privacy"]
+    assert record.pop("note") == f"{said}: this record is made from the run's saved settings, for the 6 steps it had " \
+                                 "trained"
+    assert record.pop("seed").startswith("withheld")
+    assert record == {k: v for k, v in results["privacy"].items() if k != "stopped_by_budget"}
+    at_2 = export(make_cfg(f"run_dir={tmp_path / 'run'}", "checkpoint=2", config_name="export"))["signature"]["privacy"]
+    assert at_2["steps"] == 2 and at_2["epsilon"] == pytest.approx(reference_epsilon(at_2), rel=1e-9)
+    assert at_2["epsilon"] < results["privacy"]["epsilon"]
 
 
 def test_an_exported_best_dp_checkpoint_carries_the_guarantee_of_the_steps_it_was_chosen_among(make_cfg, tmp_path):
     """The best checkpoint is chosen by comparing it with the later ones, which the later steps' private batches
-    shaped: the model released is then no more private than the whole run."""
+    shaped: the model released is then no more private than the whole run, however the step is named (its number
+    got the epsilon of its own steps)."""
     from zoo.export.artifact import export
 
     results = train(make_cfg("debug=smoke", *DP, "optimizer.learning_rate=0.3", "trainer.eval_every=2",
                              "trainer.checkpoint_every=2", "trainer.early_stopping.patience=5"))
     assert results["early_stopping"]["best_checkpoint_step"] == 2 and results["privacy"]["steps"] == 6
-    for checkpoint in ("final", "best"):
+    for checkpoint in ("final", "best", "2"):
         exported = export(make_cfg(f"run_dir={tmp_path / 'run'}", f"checkpoint={checkpoint}", config_name="export"))
         record = exported["signature"]["privacy"]
         assert exported["step"] == 2 and record["steps"] == 6 and record["exported_step"] == 2
         assert record["epsilon"] == results["privacy"]["epsilon"]
+    record = export(make_cfg(f"run_dir={tmp_path / 'run'}", "checkpoint=4", config_name="export"))["signature"]["privacy"]
+    assert record["steps"] == 4 and "exported_step" not in record and record["epsilon"] < results["privacy"]["epsilon"]
 
 
 def test_the_plan_line_shows_a_small_epsilon_as_spent_not_as_zero(make_cfg, caplog):

@@ -249,6 +249,15 @@ def _run_config(ckpts: Checkpoints, cfg: DictConfig) -> DictConfig:
     return saved
 
 
+def best_step_of(run_dir: str, saved_config: dict):
+    """The step `checkpoint=best` names in a run (by the metric it keeps its best by), None where none has one."""
+    ckpts = Checkpoints(os.path.join(run_dir, "checkpoints"), read_only=True, way_out="pass another run_dir.")
+    try:
+        return ckpts.best_step(**_best_settings(saved_with_defaults(saved_config)))
+    finally:
+        ckpts.close()
+
+
 def _best_settings(saved: DictConfig) -> dict:
     """The metric and direction the run kept its best checkpoint by."""
     from zoo.tasks import TASKS
@@ -373,9 +382,26 @@ def warn_if_unfinished(cfg: DictConfig, step: int, meta: dict, verb: str = "eval
     chosen = "its best checkpoint so far" if early else "its newest checkpoint"
     total = meta.get("total_steps")
     of = f" of the {total} it trains" if total else ""
+    error = _ended_in_an_error(cfg.run_dir, failure)
+    if error:  # "train it to its end" would meet the same error
+        log.warning("run_dir=%s ended in an error before it finished (%s): checkpoint=final %ss %s, step %d%s, "
+                    "saved before the error; name checkpoint=latest, best or a step to %s another one.",
+                    cfg.run_dir, error.rstrip("."), verb, chosen, step, of, verb)
+        return
     log.warning("run_dir=%s has not finished (no results.json): checkpoint=final %ss %s, step %d%s, not its "
                 "final state; train it to its end, or name checkpoint=latest, best or a step to %s that one.",
                 cfg.run_dir, verb, chosen, step, of, verb)
+
+
+def _ended_in_an_error(run_dir: str, failure: dict):
+    """The error a run not training now ended in (a sweep's job: its failure.json; a single run: the last sentence
+    its train.log records, unless that is a stop, which the same command resumes from). None if none."""
+    if failure.get("status") == "failed":
+        return str(failure.get("reason") or failure.get("error") or "see its train.log")
+    if in_use_now(run_dir):
+        return None
+    ended = _error_lines(run_dir)
+    return ended[-1] if ended and not ended[-1].startswith(STOPS) else None
 
 
 def _evaluate(cfg: DictConfig) -> dict:

@@ -91,27 +91,35 @@ def _metric_units(data) -> dict:
                           "none", "target_std": std.tolist()}
 
 
-def _privacy_at(run_dir: str, step: int, chosen_by_metric: bool) -> dict:
+def _privacy_at(cfg: DictConfig, run, step: int, meta: dict, trained: int) -> dict:
     """A DP run's guarantee for the exported step: its results.json's record (the noise it solved, the sampling
-    rate, the accountant), with epsilon computed for that step; a run without results.json says where it is.
-    A step chosen as the best by its eval metrics was compared with every later one, which the later steps'
-    batches shaped: its release is a function of the whole run, so it carries the whole run's epsilon."""
+    rate, the accountant), with epsilon computed for that step. A run without a readable record (not finished, or
+    the file damaged) has it made from its saved settings as its training made it, for the `trained` steps so far.
+    A step that is the best by its eval metrics (checkpoint=best, final with early stopping, or that step named by
+    its number) was compared with every later one, which the later steps' batches shaped: its release is a function
+    of the whole run, so it carries the whole run's epsilon."""
+    from zoo.evaluate import best_step_of
     from zoo.privacy import accountant
+    from zoo.privacy.plan import plan_privacy
 
-    path = os.path.join(run_dir, "results.json")
+    path = os.path.join(cfg.run_dir, "results.json")
     results = load_json(path)
-    record = (results or {}).get("privacy")
+    record, made = (results or {}).get("privacy"), {}
     if record is None:
-        why = ("the run has no results.json" if not os.path.exists(path) else f"{path} cannot be read"
-               if results is None else f"{path} holds no privacy record")
-        return {"note": f"{why}; metrics.jsonl's train records carry the epsilon spent"}
-    if chosen_by_metric and step < record["steps"]:
-        return {**record, "exported_step": step,
-                "note": f"step {step} was chosen as the best of the run's checkpoints by their eval metrics, which the "
-                        f"steps after it shaped: epsilon is that of the run's {record['steps']} steps"}
+        why = ("the run has no results.json (it has not finished)" if not os.path.exists(path) else
+               f"{path} cannot be read" if results is None else f"{path} holds no privacy record")
+        plan = plan_privacy(OmegaConf.create(meta["config"]), run.data.splits["train"], run.total_steps, 1,
+                            warn=False)
+        record = {k: v for k, v in plan.record(trained).items() if k != "stopped_by_budget"}
+        made = {"note": f"{why}: this record is made from the run's saved settings, for the {trained} steps it had "
+                        "trained"}
+    if step < record["steps"] and step == best_step_of(cfg.run_dir, meta["config"]):
+        note = (f"step {step} is the best of the run's checkpoints by their eval metrics, which the steps after it "
+                f"shaped: epsilon is that of the run's {record['steps']} steps")
+        return {**record, "exported_step": step, "note": f"{made['note']}; {note}" if made else note}
     eps = accountant.epsilon(record["q"], record["noise_multiplier"], step, record["accountant_delta"],
                              record["accountant"])
-    return {**record, "steps": step, "epsilon": eps if np.isfinite(eps) else None}
+    return {**record, "steps": step, "epsilon": eps if np.isfinite(eps) else None, **made}
 
 
 # what write_directory names its staging directory (and the previous export it moves aside): the machine and
@@ -244,10 +252,11 @@ def _export(cfg: DictConfig, out_dir: str) -> dict:
     newest = newest_step(os.path.join(cfg.run_dir, "checkpoints"))
     signature["checkpoint"]["run_steps"] = finished if finished is not None else max(step, newest or step)
     if meta["config"].get("privacy", {}).get("mode") == "dpsgd":
-        early_stopping = meta["config"]["trainer"].get("early_stopping") or {}
-        # `final` is the best checkpoint with early stopping (zoo.evaluate._pick_steps)
-        best = cfg.checkpoint == "best" or (cfg.checkpoint == "final" and early_stopping.get("patience") is not None)
-        signature["privacy"] = _privacy_at(cfg.run_dir, step, chosen_by_metric=best)
+        signature["privacy"] = _privacy_at(cfg, run, step, meta, signature["checkpoint"]["run_steps"])
+        # the noise and the sampling are drawn from the seed: who knows it can subtract the noise (README)
+        signature["privacy"]["seed"] = ("withheld from this file, as anyone who knows it can subtract the noise; "
+                                        "the run's own .hydra/config.yaml holds it")
+        del signature["config"]["seed"]
     if is_primary():  # with distributed=explicit|auto every process computes the metrics; one writes
         try:
             write_directory(out_dir, {"model.jax": model,

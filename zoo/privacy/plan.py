@@ -66,8 +66,9 @@ class PrivacyPlan:
                                       expected_batch_size=self.stream.batch_size, axis_name=axis_name, chunks=chunks)
 
 
-def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Optional[PrivacyPlan]:
-    """None for privacy=none. `cfg` is the whole train config (seed, trainer.batch_size, privacy)."""
+def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int, warn: bool = True) -> Optional[PrivacyPlan]:
+    """None for privacy=none. `cfg` is the whole train config (seed, trainer.batch_size, privacy). `warn=False`: the
+    plan of a run made before, whose warnings its own log said (export.py's record of an unfinished run)."""
     p = cfg.privacy
     if p.mode == "none":
         return None
@@ -75,7 +76,7 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
     n, batch_size = len(train_split), cfg.trainer.batch_size
     q = batch_size / n
     delta = p.delta if p.delta is not None else default_delta(n)
-    if p.delta is not None and delta >= 1.0 / n:  # releasing one random example whole is (0, 1/n)-DP
+    if warn and p.delta is not None and delta >= 1.0 / n:  # releasing one random example whole is (0, 1/n)-DP
         log.warning("privacy.delta=%g is not below 1/n = %.3g (n = %d training examples): publishing one example "
                     "in full meets such a delta; set it well below 1/n, or to null for min(1e-5, 1/(10 n)).",
                     delta, 1 / n, n)
@@ -105,7 +106,7 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
                             f"trainer.early_stopping a periodic eval; {lower}raise privacy.target_epsilon or "
                             "privacy.noise_multiplier.")
     eps = acc.epsilon(q, sigma, total_steps, accountant_delta, p.accountant)
-    if sigma == 0:
+    if warn and sigma == 0:
         log.warning("privacy.noise_multiplier=0: gradients are clipped without noise, which gives no privacy "
                     "guarantee (epsilon is unbounded; results.json records it as null).")
     # Truncation adds (1 + e^eps) p to delta (zoo.privacy.sampling); rows keep that within OVERFLOW_SHARE of it.
@@ -119,10 +120,11 @@ def plan_privacy(cfg, train_split, planned_steps: int, num_devices: int) -> Opti
                 raise UserError(f"epsilon {eps:.3g} is so large that the truncation of oversized Poisson samples, "
                                 f"counted in delta beyond epsilon {MEANINGLESS_EPSILON:g}, makes delta 1, which "
                                 f"guarantees nothing; {remedy}.")
-            log.warning("epsilon %.3g bounds little: batch rows are not grown to keep the truncation of oversized "
-                        "samples within privacy.delta, so the delta reported includes it (%.3g); %s for a guarantee "
-                        "that bounds something.", eps, delta, remedy)
-    if total_steps < planned_steps:
+            if warn:
+                log.warning("epsilon %.3g bounds little: batch rows are not grown to keep the truncation of "
+                            "oversized samples within privacy.delta, so the delta reported includes it (%.3g); %s for "
+                            "a guarantee that bounds something.", eps, delta, remedy)
+    if warn and total_steps < planned_steps:
         log.warning("privacy.target_epsilon=%s is reached after %d of the %d planned steps with "
                     "privacy.noise_multiplier=%s: training stops at step %d.", p.target_epsilon, total_steps,
                     planned_steps, sigma, total_steps)
