@@ -2,6 +2,7 @@
 import contextlib
 import json
 import pathlib
+import re
 import shutil
 import signal
 
@@ -141,6 +142,17 @@ def test_a_finished_run_stopped_while_lengthened_keeps_no_results_of_a_state_it_
     assert 6 not in Checkpoints(str(run_dir / "checkpoints"), read_only=True).steps()  # the state it reported is gone
     assert train(make_cfg(*common, "trainer.max_steps=12"))["steps"] == 12
     assert json.loads((run_dir / "results.json").read_text())["steps"] == 12
+
+
+def test_a_lengthened_run_names_the_length_its_withdrawn_results_reported(make_cfg, caplog):
+    """Its final step gone, the run resumes from an older one; the line said that older step was what results.json
+    reported."""
+    train(make_cfg("debug=smoke", "trainer.checkpoint_every=2"))
+    run_dir = pathlib.Path(make_cfg().paths.output_dir)
+    shutil.rmtree(run_dir / "checkpoints" / "6")
+    with caplog.at_level("INFO", logger="zoo"):
+        assert train(make_cfg("debug=smoke", "trainer.checkpoint_every=2", "trainer.max_steps=8"))["start_step"] == 4
+    assert "results.json of the run's 6 steps is withdrawn while the run trains on" in caplog.text
 
 
 @pytest.mark.parametrize("stopping", [[], ["trainer.early_stopping.patience=1", "optimizer.learning_rate=1e-9"]],
@@ -621,6 +633,19 @@ def test_rerun_after_preemption_continues_its_own_checkpoints_not_the_source(mak
     seeded = train(make_cfg(*common, out="whole"))
     assert seeded["start_step"] == 2
     assert leaves_equal(seeded["state"], resumed["state"])
+
+
+@pytest.mark.parametrize("missing", [False, True], ids=["mistyped", "no-such-path"])
+def test_a_run_with_checkpoints_of_its_own_refuses_a_trainer_resume_that_names_no_directory(make_cfg, tmp_path,
+                                                                                           missing):
+    """Such a run continues from its own checkpoints whatever trainer.resume names, and a mistyped value (Never for
+    never) or a path that is not there passed unseen: the run went on, exit 0."""
+    train(make_cfg("debug=smoke", "trainer.max_steps=4"))
+    resume = str(tmp_path / "gone" / "checkpoints") if missing else "Never"
+    with pytest.raises(UserError, match=rf"^trainer\.resume={re.escape(resume)} is not a checkpoint directory, and "
+                                        r"this run continues from its own checkpoints \(steps \[4\]\) whatever it "
+                                        r"names; leave trainer\.resume out, or use auto\.$"):
+        train(make_cfg("debug=smoke", "trainer.max_steps=6", f"trainer.resume={resume}"))
 
 
 def test_trainer_resume_reads_a_path_from_the_home_directory(make_cfg, tmp_path, monkeypatch):

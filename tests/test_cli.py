@@ -95,8 +95,11 @@ def test_eval_prints_its_result_alone_on_stdout(data_dir, tmp_path):
     ("optimizer.learning_rate=-1", "optimizer.learning_rate"),
     ("model=cnn dataset=diabetes", "model=linear"),
     ("debug=smoke trainer.resume=nowhere", "trainer.resume"),  # refused once the checkpoints are open
-    ("recipe=null", "choose one of linear_diabetes, linear_digits"),  # Hydra's own traceback otherwise
-    ("model=null", "choose one of cnn, linear, mlp"),
+    ("recipe=null", "mlp_diabetes (or ~recipe to leave it out)."),  # Hydra's own traceback otherwise
+    ("model=null", "choose one of cnn, linear, mlp."),  # not '~model', which every run needs
+    ("~model", "~model: every run takes one option of the model group; choose one of cnn, linear, mlp with "
+               "model=<option>."),  # Hydra's error about an interpolation, exit 1
+    ("~optimizer", "~optimizer: every run takes one option of"),  # it blamed optimizer.learning_rate being None
     ("hydra/launcher=null", "--hydra-help lists them"),  # a group of Hydra's own
     ("-m seed=0,1 hydra.launcher=null", "hydra/launcher="),  # its node set to null: Hydra's RuntimeError traceback
     ("-m seed=0,1 hydra.sweeper=null", "hydra/sweeper="),
@@ -292,6 +295,22 @@ def test_a_run_ended_by_an_error_says_why_in_its_train_log_where_eval_points(dat
     assert (run_dir / "train.log").read_text().splitlines()[-1].endswith(f"[ERROR] - {said}")
     evaluated = run([f"run_dir={run_dir}"], data_dir, script="eval.py")
     assert evaluated.returncode == 2 and "ended before its first checkpoint (its train.log says why" in evaluated.stderr
+
+
+def test_a_run_trained_elsewhere_does_not_replace_the_record_of_the_run_in_its_hydra_run_dir(data_dir, tmp_path):
+    """hydra.run.dir=<a run> paths.output_dir=<another dir>: Hydra wrote the command's .hydra/ over that run's record
+    (refused or not), which then described a run trained elsewhere; eval.py and export.py refuse such a dir already."""
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    assert run(["debug=smoke", f"hydra.run.dir={run_dir}"], data_dir).returncode == 0
+    record = {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()}
+    done = run(["debug=smoke", "seed=1", f"hydra.run.dir={run_dir}", f"paths.output_dir={elsewhere}"], data_dir)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+        f"error: hydra.run.dir={run_dir} holds a training run, whose .hydra/ record this command would replace while "
+        f"it trains in paths.output_dir={elsewhere}; choose a hydra.run.dir without a run, or leave paths.output_dir "
+        "unset to train that run."), done.stderr[-2000:]
+    assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()} == record and not elsewhere.exists()
+    same = run(["debug=smoke", f"hydra.run.dir={run_dir}", f"paths.output_dir={run_dir}"], data_dir)  # the run itself
+    assert same.returncode == 0 and "already holds this finished run" in same.stdout + same.stderr, same.stderr[-2000:]
 
 
 def test_eval_and_export_of_a_run_that_failed_after_its_checkpoints_name_the_error(data_dir, tmp_path):

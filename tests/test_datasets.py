@@ -51,6 +51,38 @@ def test_catalog_dataset_offline_says_what_to_do(make_cfg, tmp_path, monkeypatch
     assert calls == ([False, True] if resolves else [False])  # prepared data first, then a download if any
 
 
+def test_a_catalog_dataset_offline_for_a_finished_run_names_paths_data_dir_not_another_dataset(make_cfg, tmp_path,
+                                                                                              monkeypatch):
+    """eval.py and export.py read a run's own dataset and refuse dataset=...: the advice to pick an embedded dataset
+    led to that refusal, where the way out is the folder that holds the run's data."""
+    monkeypatch.setattr(tfds, "data_source", lambda *args, download, **kwargs: (_ for _ in ()).throw(
+        ConnectionError("not prepared")))
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    cfg = make_cfg("dataset=mnist", f"paths.data_dir={tmp_path / 'empty'}")
+    with pytest.raises(UserError, match=r"dataset=mnist is not prepared in paths\.data_dir=.*, or set paths\.data_dir to "
+                                        r"a folder that holds it prepared, such as the one the run was trained with\.$"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir, new_run=False)
+    with pytest.raises(UserError, match=r", or pick an embedded dataset \(dataset=digits\|diabetes\|synthetic_linear\)\.$"):
+        load_dataset(cfg.dataset, cfg.paths.data_dir)  # a run to train may pick another
+
+
+def test_a_damaged_catalog_copy_is_named_by_its_version_folder(make_cfg, tmp_path, monkeypatch):
+    """The sentence said to delete the dataset's folder, which holds every version prepared (those of another
+    version, which offline cannot be prepared again, with it)."""
+    cfg = _stand_in_for_mnist(make_cfg, tmp_path)
+    monkeypatch.setattr(sources, "_refuse_an_embedded_name_from_the_catalog", lambda cfg: None)
+    monkeypatch.setattr(sources, "_network_reachable", lambda: True)
+    sources._open_catalog(cfg, str(tmp_path))
+    monkeypatch.setattr(sources, "_network_reachable", lambda: False)
+    for check in ("_refuse_other_features", "_refuse_other_classes"):  # the stand-in is no image dataset
+        monkeypatch.setattr(sources, check, lambda *args: None)
+    monkeypatch.setattr(sources, "_read_arrays", lambda *args: (_ for _ in ()).throw(OSError("truncated record")))
+    copy = re.escape(str(tmp_path / "zoo_digits" / "1.0.0"))
+    with pytest.raises(UserError, match=rf"^the prepared dataset=mnist in {copy} is damaged \(truncated record\); "
+                                        r"delete that directory and the next run"):
+        sources.read_splits(cfg, str(tmp_path))
+
+
 def test_a_proxy_that_does_not_answer_counts_as_no_network(make_cfg, tmp_path, monkeypatch):
     """With a proxy set, names are resolved by the proxy: it is the proxy that must answer, or TFDS retries the
     download through it for minutes."""

@@ -4,6 +4,7 @@ Most rows run in-process (train(cfg) / evaluate(cfg) raising UserError); a few r
 the exit code and that no traceback reaches the terminal.
 """
 import asyncio
+import dataclasses
 import errno
 import gc
 import json
@@ -177,6 +178,8 @@ BAD_VALUES = [
     ("+optimizer.b2=-0.1", r"optimizer\.b2 must be in \[0, 1\), got -0\.1\."),
     ("optimized_metric=[test/accuracy]", r"optimized_metric=\[test/accuracy\] lists one objective; write it alone, "
                                          r"optimized_metric=test/accuracy, or list two or more\."),
+    ("optimized_metric=[]", r"optimized_metric=\[\] lists no objective; set optimized_metric=null for the default, "
+                            r"name one, or list two or more\."),
     ("optimized_metric=[test/accuracy,test/loss,test/accuracy]",
      r"optimized_metric lists test/accuracy more than once; list each objective once\."),
     ("+optimizer.eps=-1", r"optimizer\.eps must be >= 0, got -1\."),
@@ -925,6 +928,43 @@ def test_a_damaged_newest_step_is_said_once_not_again_by_its_abandoned_reads(mak
     abandoned.clear()
     gc.collect()
     assert "Task exception was never retrieved" in caplog.text and 'local file "/elsewhere/"' in caplog.text
+
+
+def test_eval_of_a_run_whose_reported_step_is_gone_says_which_step_it_read_instead(make_cfg, trained, caplog):
+    """checkpoint=final is the step results.json reports; with that step deleted, the newest older one was evaluated
+    and printed as the run's final state without a word."""
+    shutil.rmtree(trained / "checkpoints" / "6")
+    with caplog.at_level("WARNING", logger="zoo"):
+        assert evaluate(eval_cfg(make_cfg, trained))["step"] == 4
+    assert (f"run_dir={trained}'s results.json reports step 6, which is not among its readable checkpoints: "
+            "checkpoint=final evaluates step 4 instead, whose metrics are not the ones results.json reports.") in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="zoo"):
+        evaluate(eval_cfg(make_cfg, trained, "checkpoint=latest"))  # one named on purpose
+    assert "results.json reports" not in caplog.text
+
+
+def test_a_checkpoint_whose_parameters_read_back_non_finite_is_damaged_not_evaluated_or_trained_on(make_cfg, trained,
+                                                                                                   caplog):
+    """Orbax keeps no checksums: damaged bytes of a step's weights read back as values (here NaN), and that step was
+    evaluated as the run's final state (loss nan, exit 0), and trained on, failing as if the run had diverged. No run
+    saves non-finite parameters, so such a step is damaged, and the one before it is read."""
+    run = build(make_cfg("debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2"), for_training=False)
+    ckpts = Checkpoints(str(trained / "checkpoints"), metric="accuracy", mode="max")
+    tree, meta = ckpts.restore(6, {"state": run.host_state, "sums": run.compiled.zero_sums})
+    nan = jax.tree.map(lambda x: np.full_like(x, np.nan), tree["state"].params)
+    tree["state"] = dataclasses.replace(tree["state"], params=nan)
+    ckpts.delete(6)
+    ckpts.save(6, tree, meta, metrics=meta["metrics"])
+    ckpts.wait()
+    ckpts.close()
+    with caplog.at_level("WARNING", logger="zoo"):
+        assert evaluate(eval_cfg(make_cfg, trained))["step"] == 4
+    assert ("checkpoint step 6 in " f"{trained / 'checkpoints'} cannot be restored (its parameters hold non-finite values, "
+            "which no run saves: its files are damaged). Falling back to the previous checkpoint.") in caplog.text
+    assert "results.json reports step 6" in caplog.text
+    results = train(make_cfg("debug=smoke", "model.hidden=[16]", "trainer.checkpoint_every=2", "trainer.max_steps=8"))
+    assert results["steps"] == 8 and np.isfinite(results["test"]["loss"])  # lengthened from step 4
 
 
 def test_eval_over_damaged_metadata_uses_the_steps_that_are_readable(make_cfg, trained, caplog):

@@ -244,6 +244,9 @@ class Checkpoints:
         if expected != found:  # orbax restores numpy targets without checking shapes
             raise StateMismatch(f"checkpoint step {step} in {self.directory} holds arrays of other shapes than this "
                             "run's model and optimizer; restore the settings it was trained with.")
+        if not _params_finite(restored.state):  # orbax keeps no checksums: damaged bytes read back as values
+            raise UserError(f"checkpoint step {step} in {self.directory} cannot be restored (its parameters hold "
+                            "non-finite values, which no run saves: its files are damaged).")
         return restored.state, restored.meta
 
     def best_step(self, metric=None, mode=None):
@@ -318,6 +321,13 @@ def restorable_steps(ckpts: Checkpoints, target, steps: list) -> list:
             continue
         readable.append(step)
     return readable
+
+
+def _params_finite(tree) -> bool:
+    """Whether a restored run state's parameters are finite, as every save checks them (zoo.outputs._saver)."""
+    params = getattr(tree.get("state") if isinstance(tree, dict) else None, "params", None)
+    return all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params)
+               if np.issubdtype(np.result_type(leaf), np.inexact))
 
 
 def restore_latest_good(ckpts: Checkpoints, target, steps=None, hint="start in a new hydra.run.dir."):

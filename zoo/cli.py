@@ -195,6 +195,11 @@ class RunDirCheck(Callback):
         if self.reads_runs and holds_training_run(run_dir):
             exit_with(UserError(f"hydra.run.dir={run_dir} holds a training run, whose .hydra/ record this command "
                                 "would replace; leave hydra.run.dir unset or choose a directory without a run."))
+        elsewhere = _output_dir_elsewhere(config, run_dir)
+        if elsewhere and holds_training_run(run_dir):  # the record would describe a run trained elsewhere
+            exit_with(UserError(f"hydra.run.dir={run_dir} holds a training run, whose .hydra/ record this command "
+                                f"would replace while it trains in paths.output_dir={elsewhere}; choose a "
+                                "hydra.run.dir without a run, or leave paths.output_dir unset to train that run."))
         _exit_if_in_use(run_dir, "hydra.run.dir", config)
         run_record.remember(run_dir, config.hydra.output_subdir)
 
@@ -242,6 +247,20 @@ class RunDirCheck(Callback):
         subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
         if config.hydra.mode == RunMode.MULTIRUN and "hydra.job.num" not in str(subdir):  # else one dir a job
             run_record.remember(config.hydra.runtime.output_dir, config.hydra.output_subdir)
+
+
+def _output_dir_elsewhere(config, run_dir: str):
+    """paths.output_dir where a train config sets it to another directory than hydra.run.dir, else None (the
+    default, ${hydra:runtime.output_dir}, is the run dir; Hydra sets it only once the job starts)."""
+    paths = OmegaConf.to_container(config, resolve=False).get("paths") or {}
+    raw = paths.get("output_dir") if isinstance(paths, dict) else None
+    if raw is None or raw == "${hydra:runtime.output_dir}":
+        return None
+    out_dir = OmegaConf.select(config, "paths.output_dir", throw_on_resolution_failure=False)
+    if out_dir is None:
+        return None
+    same = os.path.realpath(launch_dir_path(str(out_dir))) == os.path.realpath(launch_dir_path(run_dir))
+    return None if same else str(out_dir)
 
 
 def _exit_if_no_jobs(config) -> None:

@@ -17,6 +17,10 @@ def refuse_null_groups(argv: list, conf_dir: str = CONF_DIR) -> None:
     for arg in argv:
         key, sep, value = arg.partition("=")
         group = key.lstrip("+~")
+        if key.startswith("~") and not sep and os.path.isdir(os.path.join(conf_dir, group)) and \
+                group not in _optional_groups(conf_dir):  # Hydra's error names an interpolation, exit 1
+            exit_with(UserError(f"{key}: every run takes one option of the {group} group; choose one of "
+                                f"{', '.join(_options(conf_dir, group))} with {group}=<option>."))
         if not (sep and value.strip().lower() == "null" and group):
             continue
         if group in ("hydra.launcher", "hydra.sweeper") and {"-m", "--multirun"} & set(argv):
@@ -27,10 +31,28 @@ def refuse_null_groups(argv: list, conf_dir: str = CONF_DIR) -> None:
             exit_with(UserError(f"{key}=null: a config group cannot be set to null; choose one of its options "
                                 "(--hydra-help lists them under 'Configuration groups')."))
         if os.path.isdir(os.path.join(conf_dir, group)):
-            options = sorted(f.removesuffix(".yaml") for f in os.listdir(os.path.join(conf_dir, group))
-                             if f.endswith(".yaml"))
+            leave_out = f" (or ~{group} to leave it out)" if group in _optional_groups(conf_dir) else ""
             exit_with(UserError(f"{key}=null: a config group cannot be set to null; choose one of "
-                                f"{', '.join(options)} (or ~{group} to leave out an optional group)."))
+                                f"{', '.join(_options(conf_dir, group))}{leave_out}."))
+
+
+def _options(conf_dir: str, group: str) -> list:
+    return sorted(f.removesuffix(".yaml") for f in os.listdir(os.path.join(conf_dir, group)) if f.endswith(".yaml"))
+
+
+def _optional_groups(conf_dir: str) -> set:
+    """The groups train.yaml's defaults list takes only when chosen (`optional recipe: ...`, `experiment: null`):
+    the others every run needs, and ~<group> left Hydra unable to compose."""
+    import yaml
+
+    try:
+        with open(os.path.join(conf_dir, "train.yaml")) as f:
+            defaults = yaml.safe_load(f).get("defaults") or []
+    except (OSError, yaml.YAMLError, AttributeError):
+        return set()
+    entries = [entry for entry in defaults if isinstance(entry, dict)]
+    return {key.removeprefix("optional ").strip() for entry in entries for key, value in entry.items()
+            if key.startswith("optional ") or value is None}
 
 
 def refuse_settings_of_an_unused_schedule(argv: list, conf_dir: str = CONF_DIR) -> None:

@@ -534,8 +534,10 @@ def validate_metrics(cfg: DictConfig) -> None:
     task, has_validation = cfg.dataset.task, cfg.dataset.validation_fraction > 0
     names = cfg.optimized_metric if isinstance(cfg.optimized_metric, ListConfig) else [cfg.optimized_metric]
     if isinstance(cfg.optimized_metric, ListConfig):  # a list is a multi-objective sweep's: a Pareto front
-        _require(len(names) > 1, f"optimized_metric=[{names[0] if names else ''}] lists one objective; write it alone, "
-                                 f"optimized_metric={names[0] if names else 'null'}, or list two or more.")
+        _require(len(names) > 0, "optimized_metric=[] lists no objective; set optimized_metric=null for the default, "
+                                 "name one, or list two or more.")
+        _require(len(names) > 1, f"optimized_metric=[{names[0]}] lists one objective; write it alone, "
+                                 f"optimized_metric={names[0]}, or list two or more.")
         twice = sorted({str(n) for n in names if list(names).count(n) > 1})
         _require(not twice, f"optimized_metric lists {', '.join(twice)} more than once; list each objective once.")
     for name in names if cfg.optimized_metric is not None else []:

@@ -373,7 +373,10 @@ def evaluate(cfg: DictConfig) -> dict:
 def warn_if_unfinished(cfg: DictConfig, step: int, meta: dict, verb: str = "evaluate") -> None:
     """checkpoint=final is what results.json reports: a run stopped or still training has none yet, and the step
     evaluated (or exported) was printed as any other, as if it were the run's final state."""
-    if cfg.checkpoint != "final" or os.path.exists(os.path.join(cfg.run_dir, "results.json")):
+    if cfg.checkpoint != "final":
+        return
+    if os.path.exists(os.path.join(cfg.run_dir, "results.json")):
+        _warn_if_not_the_reported_step(cfg, step, verb)
         return
     failure = load_json(os.path.join(cfg.run_dir, "failure.json")) or {}
     if failure.get("status") == "pruned":  # it ended there: its step is its final state
@@ -391,6 +394,19 @@ def warn_if_unfinished(cfg: DictConfig, step: int, meta: dict, verb: str = "eval
     log.warning("run_dir=%s has not finished (no results.json): checkpoint=final %ss %s, step %d%s, not its "
                 "final state; train it to its end, or name checkpoint=latest, best or a step to %s that one.",
                 cfg.run_dir, verb, chosen, step, of, verb)
+
+
+def _warn_if_not_the_reported_step(cfg: DictConfig, step: int, verb: str) -> None:
+    """checkpoint=final is the step results.json reports; where that step is gone (deleted, or damaged and passed
+    over), the newest older one was read without a word, its metrics printed as the run's."""
+    results = load_json(os.path.join(cfg.run_dir, "results.json"))
+    if not isinstance(results, dict):
+        return
+    reported = (results.get("early_stopping") or {}).get("best_checkpoint_step", results.get("steps"))
+    if isinstance(reported, int) and reported != step:
+        log.warning("run_dir=%s's results.json reports step %d, which is not among its readable checkpoints: "
+                    "checkpoint=final %ss step %d instead, whose metrics are not the ones results.json reports.",
+                    cfg.run_dir, reported, verb, step)
 
 
 def _ended_in_an_error(run_dir: str, failure: dict):

@@ -224,7 +224,7 @@ def _open_outputs(cfg: DictConfig, task, stream, total_steps: int, host_state, z
     continued_speed = None
     if restored is not None and is_primary() and os.path.exists(results_path):
         continued_speed = _speed_of(results_path)
-        _withdraw_results(results_path, start_step)
+        _withdraw_results(results_path)
     saver = _saver(cfg, ckpts, stream, total_steps, early, start_step)
     lengthened = restored is not None and meta.get("total_steps") == start_step < total_steps
     if lengthened and ckpts is not None and not _scored_at_once(cfg, start_step, early) and \
@@ -465,12 +465,14 @@ def _logged_speed(logger) -> dict | None:
     return {"examples_per_s": examples_per_s, "achieved_gflop_s": flops * examples_per_s / 1e9 if flops else None}
 
 
-def _withdraw_results(results_path: str, start_step: int) -> None:
-    """A finished run trained on (a larger trainer.epochs or max_steps): its results.json reports the state of
-    step `start_step`, whose checkpoint the run's newer ones replace. Stopped before its new end, the directory
-    would hold results no checkpoint has; the run's end writes them anew."""
+def _withdraw_results(results_path: str) -> None:
+    """A finished run trained on (a larger trainer.epochs or max_steps): its results.json reports the state of a
+    step whose checkpoint the run's newer ones replace. Stopped before its new end, the directory would hold results
+    no checkpoint has; the run's end writes them anew."""
+    steps = (load_json(results_path) or {}).get("steps")  # the run's length; the step it resumed from may be older
     os.remove(results_path)
-    log.info("results.json of step %d is withdrawn while the run trains on; its end writes it again", start_step)
+    log.info("results.json%s is withdrawn while the run trains on; its end writes it again",
+             f" of the run's {steps} steps" if isinstance(steps, int) else "")
 
 
 def _has_entries(directory: str) -> bool:

@@ -1,4 +1,5 @@
 """Where a run starts: fresh, or from a checkpoint whose config is compatible with this one."""
+import logging
 import os
 
 from omegaconf import DictConfig, OmegaConf
@@ -11,6 +12,8 @@ from zoo.privacy.plan import resume_defining
 from zoo.run_dirs import export_origin, holds_steps, run_choices, run_whose_checkpoints_hold, runs_below
 from zoo.sweeps.jobs import find_job_dirs
 from zoo.targets import check_targets, parameter_defaults
+
+log = logging.getLogger("zoo")
 
 # Settings that change the state's shapes or meaning; a checkpoint taken under others is refused.
 STATE_DEFINING = ("model", "dataset", "optimizer._target_", "schedule", "trainer.clip_norm", "trainer.accumulate")
@@ -107,6 +110,12 @@ def find_start(cfg: DictConfig, ckpts: Checkpoints | None, target):
         raise RunRefused(f"{ckpts.directory} already holds checkpoints (steps {own_steps}) and "
                          f"trainer.resume=never; choose a new {new_run_dir(cfg.paths.output_dir)} or set "
                          "trainer.resume=auto.")
+    if own_steps and resume not in ("auto", "never"):  # the same command again, after a stop: its own steps go on
+        if not os.path.isdir(path):  # a mistyped value (trainer.resume=Never) passed unseen
+            raise UserError(f"trainer.resume={resume} is not a checkpoint directory, and this run continues from "
+                            f"its own checkpoints (steps {own_steps}) whatever it names; leave trainer.resume out, "
+                            "or use auto.")
+        log.info("continuing from this run's own checkpoints: trainer.resume=%s seeds only a run without any", resume)
     if own_steps:
         source = ckpts
     elif resume in ("auto", "never"):

@@ -245,14 +245,17 @@ def _copy_to(data_dir: str, tfds_name: str) -> str:
     return os.path.join(data_dir, _prepared_dir(tfds_name))
 
 
-def _catalog_error(cfg, data_dir: str, err: Exception) -> UserError:
+def _catalog_error(cfg, data_dir: str, err: Exception, new_run: bool) -> UserError:
+    """`new_run`: a run to train, which may pick another dataset; eval.py and export.py read a run's own, from the
+    paths.data_dir they are given (not the one it trained with)."""
+    instead = ("pick an embedded dataset (dataset=digits|diabetes|synthetic_linear)" if new_run else
+               "set paths.data_dir to a folder that holds it prepared, such as the one the run was trained with")
     return UserError(
         f"{_catalog_name(cfg)} is not prepared in paths.data_dir={data_dir} and could not be downloaded "
         f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'no detail'}); on a machine "
         f"with internet and TensorFlow run `python -c \"import tensorflow_datasets as tfds; "
         f"tfds.data_source('{cfg.tfds_name}', data_dir='DIR', builder_kwargs={RANDOM_ACCESS})\"`, copy "
-        f"DIR/{_prepared_dir(cfg.tfds_name)} to {_copy_to(data_dir, cfg.tfds_name)}, or pick an embedded dataset "
-        "(dataset=digits|diabetes|synthetic_linear).")
+        f"DIR/{_prepared_dir(cfg.tfds_name)} to {_copy_to(data_dir, cfg.tfds_name)}, or {instead}.")
 
 
 def _refuse_a_copy_that_cannot_be_read(cfg, data_dir: str) -> None:
@@ -320,7 +323,7 @@ def _refuse_an_unknown_config(cfg, builder, name, kwargs: dict) -> None:
                     f"knows ({listed}); check its spelling.")
 
 
-def _open_catalog(cfg, data_dir: str):
+def _open_catalog(cfg, data_dir: str, new_run: bool = True):
     """Prepared data first (no network needed); download only when it is missing."""
     try:
         return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=False,
@@ -345,7 +348,7 @@ def _open_catalog(cfg, data_dir: str):
     _refuse_an_unknown_config(cfg, builder, name, kwargs)
     if not _network_reachable():
         _refuse_offline_when_another_version_is_prepared(cfg, data_dir)
-        raise _catalog_error(cfg, data_dir, ConnectionError(_offline()))
+        raise _catalog_error(cfg, data_dir, ConnectionError(_offline()), new_run)
     try:
         with prints_logged():
             return tfds.data_source(cfg.tfds_name, split=list(SPLITS), data_dir=data_dir, download=True,
@@ -355,14 +358,14 @@ def _open_catalog(cfg, data_dir: str):
                           "nothing half-written is used and the next run downloads it again.", e) from None
     except ModuleNotFoundError as e:
         if not (e.name or "").startswith("tensorflow") or (e.name or "").startswith("tensorflow_datasets"):
-            raise _catalog_error(cfg, data_dir, e) from None
+            raise _catalog_error(cfg, data_dir, e, new_run) from None
         raise UserError(f"preparing dataset={cfg.name} runs TFDS's own {cfg.tfds_name} builder, which reads the "
                         "downloaded files with TensorFlow: `pip install tensorflow-cpu` once to prepare it (reading "
                         f"the prepared copy does not need it), or copy {_prepared_dir(cfg.tfds_name)}/ prepared as "
                         f"array_record elsewhere to {_copy_to(data_dir, cfg.tfds_name)}.") from None
     except Exception as e:  # tfds raises many types for "no network"
         _refuse_a_copy_that_cannot_be_read(cfg, data_dir)  # downloaded and prepared, but not as the zoo reads it
-        raise _catalog_error(cfg, data_dir, e) from None
+        raise _catalog_error(cfg, data_dir, e, new_run) from None
 
 
 def _read(source, keys: range) -> list:
@@ -491,7 +494,8 @@ def read_splits(cfg, data_dir: str, new_run: bool = True) -> dict:
     else:
         where, keys, expected = os.path.join(data_dir, _prepared_dir(cfg.tfds_name)), ("image", "label"), None
     try:  # a truncated or deleted record file fails here, on open or on the first bad record
-        sources = builder.as_data_source(split=list(SPLITS)) if cfg.embedded else _open_catalog(cfg, data_dir)
+        sources = builder.as_data_source(split=list(SPLITS)) if cfg.embedded else _open_catalog(cfg, data_dir,
+                                                                                                  new_run)
         if not cfg.embedded:
             _refuse_other_features(cfg, sources[0].dataset_info, keys)
             _refuse_other_classes(cfg, sources[0].dataset_info, keys[1], new_run)
@@ -502,5 +506,14 @@ def read_splits(cfg, data_dir: str, new_run: bool = True) -> dict:
         raise too_big(cfg) from None
     except Exception as e:
         first_line = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise _damaged(cfg, where, first_line) from None
+        raise _damaged(cfg, where if cfg.embedded else _version_dir(cfg, data_dir, where), first_line) from None
     return arrays
+
+
+def _version_dir(cfg, data_dir: str, default: str) -> str:
+    """The folder of the version TFDS reads (mnist/3.0.1): deleting the dataset's whole folder, as a damaged copy is
+    told to, would lose the other versions prepared beside it."""
+    try:
+        return tfds.builder(cfg.tfds_name, data_dir=data_dir).data_dir
+    except Exception:  # noqa: BLE001 — the dataset's folder, as before
+        return default
