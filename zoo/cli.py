@@ -22,7 +22,7 @@ import threading
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_record
 from zoo.console import discard, unwritable
@@ -252,8 +252,8 @@ class RunDirCheck(Callback):
 def _output_dir_elsewhere(config, run_dir: str):
     """paths.output_dir where a train config sets it to another directory than hydra.run.dir, else None (the
     default, ${hydra:runtime.output_dir}, is the run dir; Hydra sets it only once the job starts)."""
-    paths = OmegaConf.to_container(config, resolve=False).get("paths") or {}
-    raw = paths.get("output_dir") if isinstance(paths, dict) else None
+    paths = config.get("paths")
+    raw = OmegaConf.to_container(paths, resolve=False).get("output_dir") if isinstance(paths, DictConfig) else None
     if raw is None or raw == "${hydra:runtime.output_dir}":
         return None
     out_dir = OmegaConf.select(config, "paths.output_dir", throw_on_resolution_failure=False)
