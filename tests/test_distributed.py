@@ -189,6 +189,27 @@ def test_a_signal_to_one_process_stops_every_process_at_the_same_saved_step(data
     assert len(steps) == 1 and all(f"stopped by SIGTERM at step {steps[0]};" in out for out in outputs)
 
 
+SIGTERM_AFTER_JOINING = """
+import os, signal, sys, time
+from omegaconf import OmegaConf
+from zoo.parallel.distributed import init_distributed
+signal.signal(signal.SIGTERM, lambda *args: os._exit(3))  # the zoo's handlers, as train.py and eval.py install them
+init_distributed(OmegaConf.create(dict(mode="explicit", coordinator_address="localhost:" + sys.argv[1],
+                                       num_processes=1, process_id=0, timeout_s=30, lost_after_s=30)))
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(2)
+"""
+
+
+def test_a_sigterm_after_joining_reaches_the_zoos_handler(data_dir):
+    """jax.distributed.initialize started JAX's preemption service, whose C++ handler took SIGTERM over: a SIGTERM
+    between joining and the train loop (loading data, compiling) was logged as 'SIGTERM caught' and the run trained
+    to its end, exit 0 (train.py and eval.py alike)."""
+    done = subprocess.run([sys.executable, "-c", SIGTERM_AFTER_JOINING, str(free_port())], cwd=ROOT,
+                          env=subprocess_env(data_dir), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and "SIGTERM caught" not in done.stderr, done.stderr[-2000:]
+
+
 def test_a_dataset_process_0_cannot_load_ends_every_process_in_one_sentence(data_dir, tmp_path):
     """Process 1 waits for process 0 to prepare the data; it waited 30 s more and ended in a gloo traceback."""
     blocker = tmp_path / "a_file"

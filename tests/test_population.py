@@ -607,6 +607,24 @@ def test_a_lengthened_member_early_stopping_ends_at_its_start_reports_the_speed_
     assert outcomes[1]["examples_per_s"] > 0
 
 
+def test_a_members_train_rows_time_its_steps_not_their_dispatch(make_cfg, monkeypatch):
+    """A call returns once dispatched, and its steps run until their sums are fetched: the interval was timed before
+    that fetch, so the rows' examples_per_s (and gflop_s) were ~14x a solo run's on the same machine."""
+    fetch = jax.device_get
+
+    def slow(tree):  # the interval's steps as if they took 0.2 s to compute, which the fetch waits for
+        time.sleep(0.2)
+        return fetch(tree)
+
+    cfgs = configs(make_cfg, "rates", grid=GRID[:2])
+    monkeypatch.setattr(jax, "device_get", slow)
+    train_population(cfgs)
+    rows = [json.loads(line) for line in open(pathlib.Path(cfgs[0].paths.output_dir) / "metrics.jsonl")]
+    rates = [r["examples_per_s"] for r in rows if r["split"] == "train" and not r.get("final")]
+    examples = 3 * cfgs[0].trainer.batch_size  # trainer.log_every=3 steps a row
+    assert len(rates) == 4 and all(0 < rate <= examples / 0.2 for rate in rates), rates
+
+
 def test_a_batch_its_solo_runs_cannot_split_over_their_devices_is_refused(make_cfg):
     """parallel=sharded splits each solo run's batch over its devices: a batch of 6 on 4 devices fails alone,
     so the group fails with the same sentence instead of training runs that have no solo equal."""

@@ -467,6 +467,20 @@ def test_another_grid_refused_by_a_finished_sweeps_jobs_leaves_its_files_as_they
     assert "Jobs: 3 (3 completed)" in (sweep / "summary.md").read_text()
 
 
+def test_a_grid_into_an_optuna_studys_sweep_dir_is_refused_and_leaves_its_files_as_they_were(data_dir, tmp_path):
+    """Of the same objective, the grid ran: it replaced the study's multirun.yaml (its sweeper, its search space)
+    and the summary ranked its jobs with the study's trials."""
+    sweep = tmp_path / "study"
+    multirun(data_dir, sweep, "hparams_search=digits_mlp", "hydra.sweeper.n_trials=1")
+    files = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    refused = multirun(data_dir, sweep, "seed=0,1", "dataset.validation_fraction=0.1", check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: hydra.sweep.dir={sweep} holds the jobs of a sweep by another sweeper (ZooOptunaSweeper, this command's "
+        "BasicSweeper), whose multirun.yaml this sweep would replace and whose jobs its summary would rank with its "
+        "own; choose a new hydra.sweep.dir."), refused.stderr[-2000:]
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == files
+
+
 def test_a_later_job_sharing_a_directory_does_not_train_on_an_earlier_jobs_run(data_dir, tmp_path):
     """trainer.max_steps=4,6 in one hydra.sweep.subdir: the second job lengthened the first's finished run, whose
     4-step results were gone, and the sweep exited 0 with one row (6,4 was refused, as other settings are)."""

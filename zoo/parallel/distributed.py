@@ -33,6 +33,9 @@ def init_distributed(cfg, run_dir=None) -> None:
     if cfg.mode == "none" or jax.distributed.is_initialized():  # eval.py joins before building its run
         return
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
+    # JAX's preemption service takes SIGTERM over in C++ (it only logs "SIGTERM caught" and waits for a sync point
+    # the zoo does not use), so a SIGTERM after joining and before the train loop went unseen: the run trained on
+    jax.config.update("jax_enable_preemption_service", False)
     if cfg.mode == "explicit":
         missing = [k for k in ("coordinator_address", "num_processes", "process_id") if cfg.get(k) is None]
         if missing:

@@ -69,6 +69,7 @@ def _refuse_another_objective(config: DictConfig) -> None:
     jobs = report.find_job_dirs(str(config.hydra.sweep.dir))
     if not jobs:
         return
+    _refuse_another_sweeper(config)
     _refuse_another_study(config)
     # the same grid run again with another objective too: its finished jobs keep the record, and so the
     # objective, they were trained under
@@ -95,6 +96,19 @@ def _refuse_other_sweeps(sweep_dir: str) -> None:
                                 "summary would rank with its own; choose a new hydra.sweep.dir."))
         if os.path.isfile(os.path.join(path, ".hydra", "overrides.yaml")):
             subdirs.clear()  # a job's own folders (checkpoints, tensorboard) hold no sweeps
+
+
+def _refuse_another_sweeper(config: DictConfig) -> None:
+    """A sweep dir of another sweeper's jobs (a grid over an Optuna study's): this sweep would replace its
+    multirun.yaml, which the summary reads the plan and the search from, and rank both sweeps' jobs as one."""
+    ours, theirs = OmegaConf.select(config, "hydra.sweeper._target_", default=None), None
+    with contextlib.suppress(Exception):  # no multirun.yaml: nothing of its plan to lose
+        theirs = OmegaConf.load(os.path.join(str(config.hydra.sweep.dir), "multirun.yaml")).hydra.sweeper._target_
+    if ours is not None and theirs is not None and str(ours) != str(theirs):
+        exit_with(UserError(f"hydra.sweep.dir={config.hydra.sweep.dir} holds the jobs of a sweep by another sweeper "
+                            f"({str(theirs).rpartition('.')[2]}, this command's {str(ours).rpartition('.')[2]}), whose "
+                            "multirun.yaml this sweep would replace and whose jobs its summary would rank with its "
+                            "own; choose a new hydra.sweep.dir."))
 
 
 def _refuse_another_study(config: DictConfig) -> None:
