@@ -80,6 +80,21 @@ def test_sigterm_after_a_run_completed_exits_0(data_dir, tmp_path):
     assert json.loads((run_dir / "results.json").read_text())["test"]["count"] == 359
 
 
+def test_a_single_run_ends_complete_on_a_sigterm_from_the_moment_its_train_returns(make_cfg, monkeypatch):
+    """The handler its train loop gave back raised Terminated in whatever ran next, until train.py's main installed
+    the complete one: a GC callback printed 'Exception ignored in ... Terminated'. train() installs it itself."""
+    import zoo.cli
+    import zoo.train
+
+    monkeypatch.setattr(zoo.train, "stops_on_sigterm_as_on_ctrl_c", lambda: True)  # as train.py's own run
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        train(make_cfg("debug=smoke"))
+        assert signal.getsignal(signal.SIGTERM) is zoo.cli._exit_complete
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 @pytest.mark.parametrize("phase", [("zoo.train", "build"), ("zoo.train", "open_outputs"),
                                    ("zoo.train", "describe"), ("zoo.train", "build", "SIGINT")],
                          ids=["build", "open-outputs", "describe", "build-ctrl-c"])

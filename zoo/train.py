@@ -11,7 +11,7 @@ import jax
 from flax import nnx
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.cli import exit_if_a_process_is_lost, unwritable_reason
+from zoo.cli import complete_despite_sigterm, exit_if_a_process_is_lost, unwritable_reason
 from zoo.config import validate
 from zoo.data import Dataset, TrainStream, eval_batches, load_dataset
 from zoo.data.feed import TrainFeed, fits_on_device
@@ -25,6 +25,7 @@ from zoo.parallel import check_batch_divides, make_mode, round_up, select_device
 from zoo.parallel.distributed import check_same_run, failed_processes, is_primary
 from zoo.preemption import preempted, stop_on_signals
 from zoo.privacy.plan import PrivacyPlan, plan_privacy
+from zoo.startup import stops_on_sigterm_as_on_ctrl_c
 from zoo.state import TrainState, create_state
 from zoo.steps import PackedSums, make_steps, over_leaves
 from zoo.summary import achieved_gflop_s, describe
@@ -244,6 +245,8 @@ def train(cfg: DictConfig) -> dict:
             out.close()
         if stop:  # the signal came while the complete run finished: finishing was quicker than stopping
             log.info("%s arrived while the run finished; it completed first", signal.Signals(stop.signum).name)
+    if stops_on_sigterm_as_on_ctrl_c():  # train.py's single run is complete: a SIGTERM from here on ends it so, exit 0
+        complete_despite_sigterm()  # (the handler stop_on_signals gave back raised inside whatever ran, a GC callback)
     return {**results, "state": mode.get(state)}
 
 
