@@ -67,3 +67,11 @@ def test_ctrl_c_after_the_libraries_load_but_before_hydra_starts_is_one_line(scr
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, done.stderr[-2000:]
     assert done.stderr == "error: interrupted by Ctrl-C while the command started; nothing was written.\n"
+
+
+def test_hydras_info_is_printed_once():
+    """A library imported before Hydra logs through the root logger, which gave it a stderr handler of its own
+    (logging.basicConfig): each line of `--info` came twice, once on stdout and once on stderr as DEBUG:hydra..."""
+    done = subprocess.run([sys.executable, "train.py", "--info"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Installed Hydra Plugins" in done.stdout, done.stderr[-2000:]
+    assert "DEBUG:hydra" not in done.stderr and "Installed Hydra Plugins" not in done.stderr, done.stderr[-2000:]

@@ -8,6 +8,7 @@ every later pass. `python train.py` finishes ~1 s sooner on two cores (6.9 s aga
 """
 import contextlib
 import gc
+import logging
 import os
 import signal
 import sys
@@ -55,13 +56,19 @@ def starting():
 
 @contextlib.contextmanager
 def loading_libraries():
-    """The imports, as `starting`, without the garbage collector."""
+    """The imports, as `starting`, without the garbage collector. A library that logs through the root logger while
+    it is imported (logging.warning) gives it a stderr handler of its own (logging.basicConfig), through which each of
+    Hydra's lines before it configures logging (`--info`) was printed twice: it is taken away again."""
     enabled = gc.isenabled()
     gc.disable()
+    root = logging.getLogger()
+    handlers = list(root.handlers)
     try:
         with starting():
             yield
     finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
         gc.freeze()  # what the imports made is never garbage: no later pass needs to look at it
         if enabled:
             gc.enable()
