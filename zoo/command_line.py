@@ -80,8 +80,7 @@ def refuse_settings_of_an_unused_schedule(argv: list, conf_dir: str = CONF_DIR) 
         chosen = "constant"  # conf/train.yaml's
     if "," in chosen or "(" in chosen or settings(chosen) != set():  # a sweep, a schedule taking settings, a typo
         return
-    others = set().union(*(settings(f.removesuffix(".yaml"))
-                           for f in os.listdir(os.path.join(conf_dir, "schedule")) if f.endswith(".yaml")))
+    others = set().union(*(settings(option) for option in _options(conf_dir, "schedule")))
     for before, arg in zip([""] + argv, argv):
         key, sep, _ = arg.partition("=")
         if sep and key.startswith("schedule.") and before not in FLAGS_WITH_VALUES \
