@@ -637,3 +637,33 @@ def test_a_batch_its_solo_runs_cannot_split_over_their_devices_is_refused(make_c
                    "dataset.validation_fraction=0")
     with pytest.raises(UserError, match=r"trainer\.batch_size=1438 does not split evenly across 4 devices; use 1436\.$"):
         train_population(cfgs)
+
+
+def test_without_checkpoints_neither_a_solo_run_nor_a_population_ends_its_calls_at_checkpoint_boundaries(
+        make_cfg, monkeypatch):
+    """checkpoint.enabled=false: a call ran only to the next checkpoint_every boundary (and the state was copied to
+    the host there) though nothing was saved. Calls end at log and eval boundaries only, and the trajectories
+    stay each solo run's."""
+    import zoo.loop
+    import zoo.population.loop
+
+    ends = {"solo": [], "population": []}
+
+    def spy(kind, real):
+        def boundary(step, total, *periods):
+            ends[kind].append(real(step, total, *periods))
+            return ends[kind][-1]
+        return boundary
+
+    monkeypatch.setattr(zoo.loop, "next_boundary", spy("solo", zoo.loop.next_boundary))
+    monkeypatch.setattr(zoo.population.loop, "next_boundary", spy("population", zoo.population.loop.next_boundary))
+    unsaved = ["trainer.checkpoint_every=5", "checkpoint.enabled=false"]  # log 3, eval 6, 12 steps, 4 a call
+    cfgs = configs(make_cfg, "pop", *unsaved, grid=GRID[:2])
+    train_population(cfgs)
+    for cfg in cfgs:
+        solo = make_cfg(*SMALL, *unsaved, f"optimizer.learning_rate={cfg.optimizer.learning_rate}",
+                        f"seed={cfg.seed}", out=f"solo-{cfg.seed}")
+        train(solo)
+        assert_same_trajectory(cfg.paths.output_dir, solo.paths.output_dir)
+    assert ends["population"] == [3, 6, 9, 12]
+    assert ends["solo"] == [3, 6, 9, 12] * 2

@@ -216,8 +216,9 @@ def train(cfg: DictConfig) -> dict:
             out.close()
         return {**out.recorded, "state": state}
     state = mode.put_state(out.host_state)
+    saving = out.ckpts is not None  # without checkpoints the calls are not split, nor the state copied, for them
     model = describe(cfg, run, state, out.logger, call_length(cfg.trainer, compiled.steps_per_call,
-                                                                  out.end_step - out.start_step))
+                                                                  out.end_step - out.start_step, saving=saving))
     log_ema(cfg)
     if cfg.trainer.profile:
         jax.profiler.start_trace(os.path.join(cfg.paths.output_dir, "profile"))
@@ -227,7 +228,7 @@ def train(cfg: DictConfig) -> dict:
         try:
             state, train_metrics, examples_per_s, step = fit(
                 state, compiled, run.feed, run.eval_sets, cfg.trainer, out.end_step, out.logger,
-                start_step=out.start_step, sums=out.sums, save=out.save, stop=stop,
+                start_step=out.start_step, sums=out.sums, save=out.save if saving else None, stop=stop,
                 on_eval=eval_reporter(cfg, compiled.task), stop_early=out.early.update if out.early else None,
                 eval_at_start=out.eval_at_start, advice=divergence_advice(cfg))
             if stop and step < out.end_step:  # stopped before its end, and saved there

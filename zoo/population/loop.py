@@ -54,11 +54,13 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     null (as zoo.train chooses it). Members that fail or are pruned get `error` set. The checkpoints due go to
     `writer` (a CheckpointWriter), which may still be writing them on return."""
     log_every = log_period(cfg)
-    checkpoint_every, eval_every, each_step = cfg.checkpoint_every, cfg.eval_every, cfg.nan_check == "step"
+    saving = any(m.outputs.ckpts is not None for m in members)  # as zoo.train: no split nor copy without them
+    checkpoint_every = cfg.checkpoint_every if saving else 0
+    eval_every, each_step = cfg.eval_every, cfg.nan_check == "step"
     for m in members:
         m.end = m.outputs.end_step
     step = min([m.outputs.start_step for m in members if m.error is None] + [total_steps])
-    length = call_length(cfg, steps_per_call, total_steps - step)
+    length = call_length(cfg, steps_per_call, total_steps - step, saving=saving)
     interval_start, t_log = step, time.perf_counter()
     writes = []  # (member, write): the checkpoints due at the last boundary, checked and described already
     if eval_every and step % eval_every == 0 and step < total_steps:  # members lengthened from a run ending here
@@ -86,7 +88,7 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
             ended = step == m.end and step < total_steps  # early stopping ended it at this eval
             pruned = i in evals and m.on_eval is not None and m.on_eval(step, evals[i])
             scored = checkpoint_due or pruned or ended or (m.outputs.early is not None and i in evals)
-            if step < total_steps and (scored or stopping):
+            if saving and step < total_steps and (scored or stopping):
                 if saved_states is None:
                     saved_states = jax.device_get((states, accs))
                 # a checkpoint taken only because of a stop carries no eval metrics (see zoo.loop.fit)
