@@ -795,3 +795,25 @@ def test_a_pruner_judging_another_split_than_the_objectives_is_refused(make_cfg,
         trial_link.prunable_metric(cfg, TASKS["classification"])
     assert trial_link.prunable_metric(make_cfg("dataset.validation_fraction=0.1"), TASKS["classification"]) == \
         trial_link.prunable_metric(make_cfg("optimized_metric=test/accuracy"), TASKS["classification"]) == "accuracy"
+
+
+@pytest.mark.parametrize("sampler", [
+    {"_target_": "optuna.samplers.CmaEsSampler"},
+    {"_target_": "optuna.samplers.PartialFixedSampler", "fixed_params": {},
+     "base_sampler": {"_target_": "optuna.samplers.CmaEsSampler"}},
+], ids=["cmaes", "wrapped"])
+def test_a_sampler_that_would_unpickle_from_the_stored_study_is_refused_before_any_trial(tmp_path, sampler,
+                                                                                         monkeypatch):
+    """Optuna's CmaEsSampler unpickles its optimizer from the study's trials: a stored study is a file any
+    editor of it could make run code. In memory (storage=null) it is built."""
+    monkeypatch.setattr(optuna_sweeper, "SAMPLER_PACKAGES", {})  # as if cmaes were installed: Optuna imports it late
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    launcher = RecordingLauncher()
+    with pytest.raises(UserError, match=r"^hydra\.sweeper\.sampler=\w+ keeps its state in the study as a pickle, "
+                                        r"which continuing the study would load from hydra\.sweeper\.storage=sqlite:"
+                                        r".*; set hydra\.sweeper\.storage=null \(the study then lives in memory\) or "
+                                        r"choose another hydra/sweeper/sampler\.$"):
+        make_sweep(tmp_path, launcher, sampler=OmegaConf.create(sampler), storage=storage).sweep([])
+    assert launcher.calls == []
+    in_memory = make_sweep(tmp_path, launcher, sampler=OmegaConf.create(sampler), storage=None)._sampler({})
+    assert isinstance(getattr(in_memory, "_base_sampler", in_memory), optuna.samplers.CmaEsSampler)

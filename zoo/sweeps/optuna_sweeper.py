@@ -194,7 +194,13 @@ class OptunaSweep:
             cfg = OmegaConf.merge(cfg, {"seed": (int(cfg.seed) + trials_so_far) % 2**32})
         _check_sampler_packages(cfg)
         sampler = build_optuna_object(cfg, "optuna.samplers", "BaseSampler", "hydra.sweeper.sampler")
-        return sampler(grid) if isinstance(sampler, functools.partial) else sampler  # GridSampler: grid = space
+        sampler = sampler(grid) if isinstance(sampler, functools.partial) else sampler  # GridSampler: grid = space
+        if self.storage is not None and _keeps_pickles(sampler):
+            raise UserError(f"hydra.sweeper.sampler={type(sampler).__name__} keeps its state in the study as a pickle, "
+                            f"which continuing the study would load from hydra.sweeper.storage={self.storage}, and "
+                            "the zoo loads no pickle from disk; set hydra.sweeper.storage=null (the study then lives "
+                            "in memory) or choose another hydra/sweeper/sampler.")
+        return sampler
 
     def _another_study(self) -> str:
         """Where a command goes that cannot go on with the stored study: a sweep dir keeps one study's trials (its
@@ -589,6 +595,16 @@ SAMPLER_PACKAGES = {"CmaEsSampler": ("cmaes",), "GPSampler": ("torch", "scipy")}
 
 def _numbers(trials) -> str:
     return ", ".join(map(str, trials))
+
+
+def _keeps_pickles(sampler) -> bool:
+    """Optuna's CMA-ES sampler stores its optimizer in the study's trials as a pickle and unpickles it from the
+    storage on every later trial: whoever can write that file runs code as the user. Samplers that wrap another
+    (PartialFixedSampler) are looked into."""
+    import optuna
+
+    wrapped = [v for v in vars(sampler).values() if isinstance(v, optuna.samplers.BaseSampler)]
+    return isinstance(sampler, optuna.samplers.CmaEsSampler) or any(_keeps_pickles(w) for w in wrapped)
 
 
 def _check_sampler_packages(cfg) -> None:
