@@ -56,6 +56,32 @@ def test_disallowed_target_in_a_run_dir_is_refused(make_cfg, tmp_path, bad, comm
     assert not marker.exists()
 
 
+
+@pytest.mark.parametrize("command", ["eval", "resume", "rerun"])
+@pytest.mark.parametrize("value, shown", [
+    ("${nonexistent.key}", r"'\$\{nonexistent\.key\}'"),
+    ("${oc.env:HOME}", r"'\$\{oc\.env:HOME\}'"),  # not resolved: the refusal shows no one's environment
+], ids=["missing-key", "environment"])
+def test_an_interpolation_in_a_saved_config_is_refused_in_one_sentence(make_cfg, tmp_path, command, value, shown):
+    """A run saves its config resolved: an interpolation there ended eval, export and resume in omegaconf's
+    traceback (a missing key), or took a value from the environment of whoever ran them."""
+    train(make_cfg("debug=smoke", "trainer.max_steps=2", out="source"))
+    tamper_saved_config(tmp_path / "source", "model", {**_saved_model(tmp_path / "source"), "activation": value})
+    with pytest.raises(UserError, match=rf"^the config saved in .*/source/checkpoints is damaged: model\.activation "
+                                        rf"holds {shown}, an interpolation, where a run saves plain values; "):
+        if command == "eval":
+            evaluate(eval_cfg(make_cfg, tmp_path / "source"))
+        elif command == "resume":
+            train(make_cfg("debug=smoke", f"trainer.resume={tmp_path / 'source' / 'checkpoints'}"))
+        else:
+            train(make_cfg("debug=smoke", "trainer.max_steps=4", out="source"))
+
+
+def _saved_model(run_dir) -> dict:
+    ckpts = pathlib.Path(run_dir) / "checkpoints"
+    newest = max(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
+    return json.loads((ckpts / str(newest) / "meta" / "metadata").read_text())["config"]["model"]
+
 def test_eval_uses_its_own_distributed_settings(make_cfg, tmp_path):
     """A multi-process run's coordinator is gone by evaluation time; eval.py does not try to rejoin it."""
     results = train(make_cfg("debug=smoke", "trainer.max_steps=2"))

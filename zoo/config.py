@@ -415,6 +415,28 @@ ZOO_SET_ARGUMENTS = {  # what the zoo passes to each group's _target_ itself
 GENERATOR_KEYS = ("num_examples", "num_features", "noise")
 
 
+def interpolation_in(saved, where: str = "") -> tuple | None:
+    """(setting, value) of the first string of a saved config that OmegaConf would read as an interpolation. A run
+    saves its config resolved, so one there was written by something else: resolving it would fail with
+    omegaconf's traceback, or read the environment of whoever evaluates the run."""
+    if isinstance(saved, str):
+        return (where, saved) if "${" in saved else None
+    items = saved.items() if isinstance(saved, dict) else enumerate(saved) if isinstance(saved, list) else ()
+    for key, value in items:
+        found = interpolation_in(value, f"{where}[{key}]" if isinstance(key, int) else
+                                 f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return None
+
+
+def refuse_interpolations(saved: dict, directory: str, way_out: str) -> None:
+    found = interpolation_in(saved)
+    if found:
+        raise UserError(f"the config saved in {directory} is damaged: {found[0]} holds {found[1]!r}, an "
+                        f"interpolation, where a run saves plain values; {way_out}")
+
+
 def saved_with_defaults(saved: dict) -> DictConfig:
     """A run's saved config on this version's schema: settings added since it was saved take their defaults.
     Raises omegaconf's errors for a setting this version does not have."""

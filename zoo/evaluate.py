@@ -7,8 +7,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restorable_steps, restore_latest_good
 from zoo.cli import in_use_now, launch_dir_path, require_dir, unwritable_reason, write_stdout, written_whole
-from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, saved_with_defaults, validate,
-                        validate_placement)
+from zoo.config import (EvalConfig, ExportConfig, builder_name, check_known_keys, refuse_interpolations,
+                        saved_with_defaults, validate, validate_placement)
 from zoo.errors import UserError
 from zoo.files import load_json, write_json
 from zoo.loop import evaluate as eval_loop, metric_summary
@@ -272,6 +272,7 @@ def saved_train_config(ckpts: Checkpoints, steps: list, cfg: DictConfig) -> Dict
     # every step of the run unreadable: nothing left to choose; one chosen step names the others (_restore)
     hint = "train the run again or pass another run_dir." if set(steps) == set(ckpts.steps()) else ""
     saved = ckpts.first_readable_meta(steps, hint=hint)["config"]
+    refuse_interpolations(saved, ckpts.directory, "train the run again or pass another run_dir.")
     try:
         train_cfg = saved_with_defaults(saved)
     except Exception as e:  # noqa: BLE001 — omegaconf's key and type errors

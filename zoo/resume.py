@@ -6,7 +6,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
 from zoo.cli import launch_dir_path, new_run_dir
-from zoo.config import METRIC_MODES, saved_with_defaults
+from zoo.config import METRIC_MODES, refuse_interpolations, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
 from zoo.run_dirs import export_origin, holds_steps, run_choices, run_whose_checkpoints_hold, runs_below
@@ -195,6 +195,7 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
                else "leave out trainer.resume to start afresh.")
     newest_first = list(reversed(source.steps()))
     saved_config = source.first_readable_meta(newest_first, hint=way_out)["config"]
+    refuse_interpolations(saved_config, source.directory, way_out)
     current, saved = OmegaConf.to_container(cfg, resolve=True), _with_defaults(saved_config)
     try:
         check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
