@@ -782,12 +782,16 @@ def test_a_torn_last_record_is_not_continued_by_the_next_one(make_cfg, tmp_path)
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [2, 4, 6]
 
 
-def test_a_damaged_record_before_the_last_is_one_sentence(make_cfg, tmp_path):
+@pytest.mark.parametrize("line", [b'{"step": 4, "spl', b'{"foo": 1}', b'[1]', b'\xff\xfe'],
+                         ids=["cut", "not-a-record", "not-a-mapping", "not-utf8"])
+def test_a_damaged_record_before_the_last_is_one_sentence(make_cfg, tmp_path, line):
+    """JSON that is no metrics record, and bytes that are not UTF-8, ended in a KeyError or UnicodeDecodeError."""
     from zoo.run_logger import RunLogger
 
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 2, "split": "train", "loss": 1.0}\n{"step": 4, "spl\n{"step": 6, "split": "train"}\n')
-    with pytest.raises(UserError, match=r"line 2 of .*metrics.jsonl is damaged"):
+    path.write_bytes(b'{"step": 2, "split": "train", "loss": 1.0}\n' + line + b'\n{"step": 6, "split": "train"}\n')
+    with pytest.raises(UserError, match=r"^line 2 of .*metrics.jsonl is damaged \(not a JSON record\); delete that "
+                                        r"line or start in a new "):
         RunLogger(str(tmp_path), make_cfg("logger=quiet").logger, 40, start_step=4)
 
 
@@ -884,3 +888,17 @@ def test_a_step_whose_metric_is_undefined_is_never_the_best_kept(tmp_path, metri
                    metrics={metric: value})
     assert ckpts.steps() == [2, 5] and ckpts.best_step() == 2
     ckpts.close()
+
+
+@pytest.mark.parametrize("damaged", ["[]", "null", '{"steps": 6, "test": {"accuracy": "abc"}}', '{"steps": 6, "test": 5}'],
+                         ids=["list", "null", "not-a-number", "not-a-mapping"])
+def test_a_finished_runs_damaged_results_json_is_written_again_by_the_same_command(make_cfg, damaged):
+    """Valid JSON of another shape ended the rerun in an AttributeError, TypeError or ValueError traceback: it is
+    damaged like a cut-short file, and rerunning the finished run evaluates its final checkpoint again."""
+    cfg = make_cfg("debug=smoke", "trainer.max_steps=6", "logger=quiet")
+    results = train(cfg)
+    path = pathlib.Path(cfg.paths.output_dir) / "results.json"
+    path.write_text(damaged)
+    again = train(cfg)
+    assert again["steps"] == 6 and again["test"] == results["test"]
+    assert json.loads(path.read_text())["test"] == results["test"]

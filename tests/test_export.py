@@ -357,6 +357,24 @@ def test_a_signature_that_is_not_its_models_is_refused(exported_run, tmp_path, c
         predict(predict_cfg(f"run_dir={tmp_path}", f"input={tmp_path / 'x.npy'}"))
 
 
+
+def test_a_signature_naming_a_model_outside_export_is_refused_and_a_damaged_checkpoint_record_is_ignored(
+        exported_run, tmp_path):
+    """signature.json's model was opened wherever it pointed (/etc/passwd, read and then refused by the
+    deserializer); its checkpoint record, there only for a warning, ended predict.py in an AttributeError when it
+    was not a mapping."""
+    run_dir, cfg = exported_run
+    shutil.copytree(run_dir / "export", tmp_path / "export")
+    signature = json.loads((tmp_path / "export" / "signature.json").read_text())
+    np.save(tmp_path / "x.npy", raw_inputs(cfg, 3))
+    (tmp_path / "export" / "signature.json").write_text(json.dumps({**signature, "model": "/etc/passwd"}))
+    with pytest.raises(UserError, match=r"has no readable export \(ValueError: its model '/etc/passwd' is not a file "
+                                        r"name in export/\); run "):
+        predict(predict_cfg(f"run_dir={tmp_path}", f"input={tmp_path / 'x.npy'}"))
+    (tmp_path / "export" / "signature.json").write_text(json.dumps({**signature, "checkpoint": [1]}))
+    assert predict(predict_cfg(f"run_dir={tmp_path}", f"input={tmp_path / 'x.npy'}",
+                               f"output={tmp_path / 'p.csv'}"))["count"] == 3
+
 def test_a_model_whose_program_is_damaged_is_refused_before_predicting(exported_run, tmp_path, capsys):
     """model.jax's header reads, its StableHLO does not: one sentence, not JAX's error from the first call (in an
     export whose signature.json holds no sha256 of model.jax to tell it by)."""

@@ -392,18 +392,20 @@ def _recorded_results(cfg: DictConfig, task, results_path: str, meta: dict, step
     is missing or from before it reached `step` (it was stopped between its last checkpoint and writing them:
     finishing it writes them). A command with other settings is refused: the run would report results it was
     not trained with."""
-    try:
-        with open(results_path) as f:
-            results = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if results.get("steps") != step:
+    results = load_json(results_path)
+    if results is None or results.get("steps") != step:
         return None
     changed = result_changes(meta["config"], cfg)
     if changed:
         raise RunRefused(f"{named_run_dir(cfg.paths.output_dir)} already holds a finished run trained with other "
                          f"settings: {'; '.join(changed)}; choose a new {new_run_dir(cfg.paths.output_dir)}.")
-    return RecordedResults(results, objective=objective_of(cfg, results, task))
+    if not all(isinstance(results.get(split, {}), dict) for split in ("train", "validation", "test")):
+        return None  # damaged (a split's metrics not a mapping): finishing the run writes them again
+    try:
+        objective = objective_of(cfg, results, task)
+    except ValueError:  # a metric that is no number: damaged as well
+        return None
+    return RecordedResults(results, objective=objective)
 
 
 def objective_of(cfg: DictConfig, results: dict, task):

@@ -223,13 +223,17 @@ class RunLogger:
 def _read_records(path: str) -> tuple:
     """(metrics.jsonl's records, whether its last line was cut short). Such a line (a full disk, a kill while it was
     written) is left out: it was the run's last write, past its latest checkpoint, so the resumed run redoes it."""
-    with open(path) as f:
+    with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is damaged like one that is not JSON
         lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
     records = []
     for n, line in lines:
         try:
-            records.append(json.loads(line))
-        except ValueError:
+            record = json.loads(line)
+            if not (isinstance(record, dict) and isinstance(record.get("step"), int)
+                    and isinstance(record.get("split"), str)):
+                raise ValueError("not a metrics record")
+            records.append(record)
+        except ValueError:  # UnicodeDecodeError too
             if n == lines[-1][0]:
                 return records, True
             raise UserError(f"line {n} of {os.path.abspath(path)} is damaged (not a JSON record); delete that line "

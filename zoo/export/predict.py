@@ -114,6 +114,8 @@ def load_export(run_dir: str):
         with open(os.path.join(directory, "signature.json")) as f:
             signature = json.load(f)
         _ = signature["input"]["shape"][1:], signature["task"]  # what predicting reads of it
+        if os.path.basename(signature["model"]) != signature["model"]:  # read only what export/ holds
+            raise ValueError(f"its model {signature['model']!r} is not a file name in export/")
         with open(os.path.join(directory, signature["model"]), "rb") as f:
             model = f.read()
         if "model_sha256" in signature and hashlib.sha256(model).hexdigest() != signature["model_sha256"]:
@@ -173,7 +175,8 @@ def _warn_if_trained_on(run_dir: str, signature: dict) -> None:
     """The same training command with more steps resumes a run: eval.py then reports its new final weights, while
     its export/ still holds those exported before. An export records the steps the run had trained then (an older
     one does not, and is not checked)."""
-    exported_at = signature.get("checkpoint", {}).get("run_steps")
+    checkpoint = signature.get("checkpoint")
+    exported_at = checkpoint.get("run_steps") if isinstance(checkpoint, dict) else None  # a damaged one: no check
     steps = (load_json(os.path.join(run_dir, "results.json")) or {}).get("steps")
     if isinstance(exported_at, int) and isinstance(steps, int) and steps > exported_at:
         print(f"warning: {os.path.join(run_dir, 'export')} holds step {signature['checkpoint'].get('step')}, exported "
