@@ -438,13 +438,13 @@ def test_a_finished_regression_run_saved_with_num_classes_goes_on_without_it(mak
     """Its command without dataset.num_classes (which a new run refuses) is the run's own settings, not others."""
     from omegaconf import OmegaConf
 
-    from zoo.resume import _with_defaults, result_changes
+    from zoo.resume import comparable_config, result_changes
 
     cfg = make_cfg("debug=smoke", "dataset=diabetes", "model=linear")
     saved = OmegaConf.to_container(cfg, resolve=True)
     saved["dataset"]["num_classes"] = 3
     assert result_changes(saved, cfg) == []
-    assert _with_defaults(saved)["dataset"]["num_classes"] is None  # as resuming its checkpoints compares it
+    assert comparable_config(saved)["dataset"]["num_classes"] is None  # as resuming its checkpoints compares it
     saved["dataset"].update(task="classification", num_classes=3)
     assert result_changes(saved, cfg) != []  # a classification run's num_classes decides its results
 

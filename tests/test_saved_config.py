@@ -124,3 +124,20 @@ def test_checkpoint_best_reads_the_saved_config_as_the_rest_of_eval_does(make_cf
     tamper_saved_config(tmp_path / "run", "dataset", {**saved["dataset"], "task": "ranking"})
     with pytest.raises(UserError, match=r"dataset\.task must be one of"):
         evaluate(eval_cfg(make_cfg, tmp_path / "run", "checkpoint=best"))
+
+
+def test_a_step_of_another_run_among_a_runs_checkpoints_is_refused_not_evaluated(make_cfg, tmp_path):
+    """A step copied in from a run of another model was evaluated as the run's newest (exit 0, the other model's
+    metrics), and the run's own steps were then said unreadable."""
+    import shutil
+
+    train(make_cfg("debug=smoke", "trainer.max_steps=4", "trainer.checkpoint_every=2", out="run"))
+    train(make_cfg("debug=smoke", "model=linear", "trainer.max_steps=2", out="other"))
+    shutil.copytree(tmp_path / "other" / "checkpoints" / "2", tmp_path / "run" / "checkpoints" / "6")
+    with pytest.raises(UserError, match=r"^the checkpoints in .*/run/checkpoints are not all of one run: step \d and "
+                                        r"step 6 were trained with other settings \(model\._target_ \('zoo\.models\.MLP' "
+                                        r"-> 'zoo\.models\.Linear'\).*\); move the steps that are not the run's out of "
+                                        r"it, or pass another run_dir\.$"):
+        evaluate(eval_cfg(make_cfg, tmp_path / "run"))
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "6")  # moved out, as the sentence says: the run evaluates
+    assert evaluate(eval_cfg(make_cfg, tmp_path / "run"))["step"] == 4

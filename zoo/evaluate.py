@@ -344,6 +344,7 @@ def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
             run = run or build(saved_train_config(ckpts, candidates, cfg), for_training=False)  # one config a run
             step, tree, meta = restore_latest_good(ckpts, {"state": run.host_state, "sums": run.compiled.zero_sums},
                                                    candidates, hint="train the run again or pass another run_dir.")
+            _refuse_another_runs_steps(ckpts, step, meta)
             return run, step, tree["state"], meta
         except UserError as e:
             gone = set(listed if candidates is None else candidates) - set(ckpts.reload())
@@ -356,6 +357,28 @@ def _restore(cfg: DictConfig, ckpts: Checkpoints, out_name: str, what: str):
                                 "the command again, or once the run has finished.") from None
             log.info("run_dir=%s is still training: checkpoint step(s) %s were replaced while being read; reading "
                      "its newer ones", cfg.run_dir, sorted(gone))
+
+
+def _refuse_another_runs_steps(ckpts: Checkpoints, step: int, meta: dict) -> None:
+    """Every step of one run holds its settings (resuming refuses others): a step trained with another model,
+    dataset or optimizer was put there from another run. Evaluated, it would pass for this run's (and its own
+    config would make the run's true steps seem unreadable)."""
+    from zoo.resume import STATE_DEFINING, changed_settings, comparable_config
+
+    chosen = comparable_config(meta["config"])
+    for other in ckpts.steps():
+        if other == step:
+            continue
+        try:
+            config = ckpts.meta(other)["config"]
+        except Exception:  # noqa: BLE001 — a damaged (or just deleted) step: no settings to compare
+            continue
+        changed = changed_settings(comparable_config(config), chosen, STATE_DEFINING) if isinstance(config, dict) \
+            else []
+        if changed:
+            raise UserError(f"the checkpoints in {ckpts.directory} are not all of one run: step {other} and step {step} "
+                            f"were trained with other settings ({'; '.join(changed[:3])}); move the steps that are "
+                            "not the run's out of it, or pass another run_dir.")
 
 
 def evaluate(cfg: DictConfig) -> dict:

@@ -63,7 +63,7 @@ def _value(key: str, settings: dict, defaults: dict) -> tuple:
     return settings.get(key), repr(settings.get(key))
 
 
-def _with_defaults(saved: dict) -> dict:
+def comparable_config(saved: dict) -> dict:
     """A saved config with the settings added since it was saved at their defaults, to compare with a new one."""
     try:
         return OmegaConf.to_container(saved_with_defaults(saved), resolve=True)
@@ -73,7 +73,7 @@ def _with_defaults(saved: dict) -> dict:
 
 def result_changes(saved: dict, cfg: DictConfig) -> list:
     """The settings of `cfg` that differ from a finished run's saved config and decide its results."""
-    current, saved = OmegaConf.to_container(cfg, resolve=True), _with_defaults(saved)
+    current, saved = OmegaConf.to_container(cfg, resolve=True), comparable_config(saved)
     prefixes = RESULT_DEFINING
     if "dpsgd" in ((saved.get("privacy") or {}).get("mode"), current["privacy"]["mode"]):
         prefixes += PRIVACY_DEFINING
@@ -196,7 +196,7 @@ def _restore_from(source: Checkpoints, cfg: DictConfig, target, own: bool):
     newest_first = list(reversed(source.steps()))
     saved_config = source.first_readable_meta(newest_first, hint=way_out)["config"]
     refuse_interpolations(saved_config, source.directory, way_out)
-    current, saved = OmegaConf.to_container(cfg, resolve=True), _with_defaults(saved_config)
+    current, saved = OmegaConf.to_container(cfg, resolve=True), comparable_config(saved_config)
     try:
         check_targets(OmegaConf.create(saved_config))  # whatever wrote it, nothing it names is trusted blindly
     except UserError as e:
