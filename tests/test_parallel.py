@@ -67,9 +67,15 @@ def test_fsdp_keeps_parameters_and_optimizer_moments_sharded_while_training(make
 
 @pytest.mark.parametrize("mode", ["pmap", "sharded"])
 @pytest.mark.parametrize("devices", [1, 2, 3, 8])
-def test_eval_counts_the_whole_split_on_any_device_count(make_cfg, mode, devices):
+def test_eval_counts_the_whole_split_on_any_device_count(make_cfg, references, mode, devices):
+    """7-example batches padded to a multiple of `devices`, the padding masked: the metrics are one device's."""
+    if "one-step" not in references:
+        references["one-step"] = train(make_cfg(*COMMON, "trainer.max_steps=1", "parallel=none", out="ref"))["test"]
+    reference = references["one-step"]
     result = train(make_cfg(*COMMON, "trainer.max_steps=1", f"parallel.mode={mode}", f"parallel.cpu_devices={devices}"))
-    assert result["test"]["count"] == 359  # 7-example batches padded to a multiple of `devices`, masked
+    assert result["test"]["count"] == reference["count"] == 359
+    np.testing.assert_allclose(result["test"]["loss"], reference["loss"], rtol=1e-5)
+    assert abs(result["test"]["accuracy"] - reference["accuracy"]) <= 1 / 359  # a near-tie may flip
 
 
 def test_batch_that_does_not_split_says_the_valid_sizes(make_cfg):

@@ -247,6 +247,20 @@ def test_preempted_population_resumes_bitwise(make_cfg, monkeypatch, devices):
         assert b["start_step"] == 6
         assert a["test"] == b["test"]
         assert records(cfg_a.paths.output_dir) == records(cfg_b.paths.output_dir)
+        # the final states themselves, optimizer moments and step counters included, not only what they evaluate to
+        final_a, final_b = (final_checkpoint(cfg) for cfg in (cfg_a, cfg_b))
+        assert jax.tree.structure(final_a) == jax.tree.structure(final_b)
+        assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(final_a), jax.tree.leaves(final_b)))
+
+
+def final_checkpoint(cfg):
+    """The state a run's newest checkpoint holds, restored into its own structure."""
+    run = zoo.train.build(cfg, for_training=False)
+    ckpts = Checkpoints(os.path.join(cfg.paths.output_dir, "checkpoints"), read_only=True)
+    try:
+        return ckpts.restore(ckpts.steps()[-1], {"state": run.host_state, "sums": run.compiled.zero_sums})[0]
+    finally:
+        ckpts.close()
 
 
 def test_a_signal_landing_mid_step_saves_every_member_at_the_step_they_stop_at(make_cfg, monkeypatch):

@@ -223,6 +223,25 @@ def test_noise_has_the_configured_standard_deviation(make_cfg):
     assert not np.allclose(jax.tree.leaves(later[0])[0], jax.tree.leaves(gradients(state, batch)[0])[0])
 
 
+def test_a_runs_plan_adds_the_noise_its_record_reports(make_cfg):
+    """The test above gives make_private_gradients its own sigma; the epsilon tests recompute epsilon from the
+    sigma the record states. This one goes through the run's own plan (PrivacyPlan.gradients, as zoo.train builds
+    the step): the noise on an empty sample has the std of the recorded noise_multiplier x l2_clip."""
+    cfg = make_cfg("debug=smoke", *MODELS["mlp"], "privacy=dpsgd", "privacy.noise_multiplier=1.3",
+                   "privacy.l2_clip=0.7")
+    data = load_dataset(cfg.dataset, cfg.paths.data_dir)
+    plan = plan_privacy(cfg, data.splits["train"], 6, 1)
+    record = plan.record(6)
+    model = build_model(cfg, data)
+    graphdef, state = create_state(model, optax.sgd(0.1), cfg.seed)
+    train_split = data.splits["train"]
+    empty = {"x": train_split.x[:plan.rows], "y": train_split.y[:plan.rows], "mask": np.zeros(plan.rows, np.float32)}
+    gradients = jax.jit(plan.gradients(model, graphdef, TASKS[data.task]))
+    noise = np.concatenate([np.ravel(g) for g in jax.tree.leaves(gradients(state, empty)[0])]) * plan.stream.batch_size
+    assert noise.size > 2500
+    np.testing.assert_allclose(noise.std(), record["noise_multiplier"] * record["l2_clip"], rtol=0.05)
+    assert (record["noise_multiplier"], record["l2_clip"]) == (1.3, 0.7)
+
 def reference_epsilon(record) -> float:
     """dp-accounting itself, for the (q, sigma, steps, delta) the run reports."""
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(

@@ -198,6 +198,20 @@ def test_early_stopping_ends_the_run_and_reports_the_best_checkpoint(make_cfg, t
                                                     jax.tree.leaves(results["state"].params)))  # the best, again
 
 
+def test_early_stopping_reports_its_best_checkpoint_where_a_newer_one_is_kept(make_cfg, tmp_path):
+    """Above, the best checkpoint is also the newest: reporting the newest would pass there. Here the loss rises
+    after step 4 (SGD at 0.5), the run stops at 6, and what it reports is step 4's state, not step 6's."""
+    results = train(make_cfg(*STOPPING, "optimizer.learning_rate=0.5"))
+    logged = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    at_4, at_6 = (next(r for r in logged if r["split"] == "test" and r["step"] == s and not r.get("final"))
+                  for s in (4, 6))
+    assert at_6["loss"] > at_4["loss"]
+    assert (results["steps"], results["early_stopping"]["best_checkpoint_step"]) == (6, 4)
+    assert results["test"] == {k: v for k, v in at_4.items() if k not in ("step", "split")}
+    evaluated = evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", config_name="eval"))  # checkpoint=final
+    assert (evaluated["step"], evaluated["metrics"]) == (4, results["test"])
+    assert evaluate(make_cfg(f"run_dir={tmp_path / 'run'}", "checkpoint=latest", config_name="eval"))["step"] == 6
+
 def test_a_run_early_stopping_ended_asked_for_fewer_steps_than_it_trained_is_refused(make_cfg, tmp_path):
     """Stopped at step 6, it cannot stand for a 4-step run, which would have evaluated its final state at step 4
     and stopped nowhere: its results.json was reported again as that run's."""

@@ -85,6 +85,24 @@ def test_eval_counts_every_example_once_for_any_batch_size(make_cfg, eval_batch_
     assert results["test"]["accuracy"] == reference["test"]["accuracy"]
 
 
+def test_padding_rows_count_for_nothing_even_where_they_are_predicted_right():
+    """eval pads its last batch with copies of an example; a smoke-trained model gets that one wrong, so a padding
+    row counted as correct went unseen above. Here the padding rows are predicted perfectly (classification) or
+    terribly (regression): the sums equal those of the real rows alone."""
+    from zoo.tasks import classification_sums, regression_sums
+
+    logits = jnp.array([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0], [5.0, 0.0], [5.0, 0.0]])
+    labels = jnp.array([0, 0, 1, 0, 0])  # the last two rows, padding, argmax-correct
+    mask = jnp.array([1.0, 1.0, 1.0, 0.0, 0.0])
+    padded, real = classification_sums(logits, labels, mask), classification_sums(logits[:3], labels[:3], mask[:3])
+    assert float(padded["correct"]) == float(real["correct"]) == 1.0
+    assert float(padded["count"]) == 3.0 and float(padded["loss_sum"]) == pytest.approx(float(real["loss_sum"]))
+    predictions, targets = jnp.array([[1.0], [2.0], [9.0], [100.0]]), jnp.array([[1.5], [2.0], [8.0], [0.0]])
+    padded = regression_sums(predictions, targets, jnp.array([1.0, 1.0, 1.0, 0.0]))
+    real = regression_sums(predictions[:3], targets[:3], jnp.ones(3))
+    for key in real:
+        np.testing.assert_allclose(np.asarray(padded[key]), np.asarray(real[key]), rtol=1e-6)
+
 def test_same_seed_same_metrics(make_cfg):
     a = train(make_cfg("debug=smoke", "model.dropout=0.1", out="a"))
     b = train(make_cfg("debug=smoke", "model.dropout=0.1", out="b"))
