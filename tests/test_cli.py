@@ -867,3 +867,8 @@ def test_only_path_values_hydras_grammar_refuses_unquoted_are_quoted():
              "run_dir=a,b", "run_dir=${oc.env:RUNS}/r", "paths.data_dir=~/a,b", "seed=~1", "-cn", "eval"]
     assert quote_paths(given) == ['run_dir="~/r"', '+trainer.resume="~/runs/r"', 'input="digits (1).csv"',
                                   'output="prédictions.csv"', *given[4:]]
+    # Hydra's directories: Hydra makes them as given, so ~ is expanded here; `~/t1` and `run (1)` were its grammar
+    # error, exit 1, and a quoted "~/t2" a folder named ~ in the working directory
+    home = os.path.expanduser("~")
+    assert quote_paths(["hydra.run.dir=~/t1", "hydra.sweep.dir=/tmp/run (1)", "hydra.run.dir=outputs/x~1"]) == [
+        f"hydra.run.dir={home}/t1", 'hydra.sweep.dir="/tmp/run (1)"', 'hydra.run.dir="outputs/x~1"']  # only a leading ~

@@ -316,6 +316,9 @@ def overrides_then_flags(argv: list) -> list:
 
 # the settings the zoo reads as paths of files or folders (zoo.cli.launch_dir_path: ~ is the home directory)
 PATH_SETTINGS = ("run_dir", "input", "output", "paths.data_dir", "trainer.resume")
+# Hydra's own, which it makes as given: a leading ~ is expanded here, or it would name a folder `~` in the working
+# directory (zsh and bash leave a ~ after `hydra.run.dir=` as it is)
+HYDRA_DIRS = ("hydra.run.dir", "hydra.sweep.dir")
 
 
 def quote_paths(argv: list) -> list:
@@ -329,7 +332,10 @@ def quote_paths(argv: list) -> list:
     parser, quoted = OverridesParser.create(), []
     for arg in argv:
         key, sep, value = arg.partition("=")
-        if sep and not arg.startswith("-") and key.lstrip("+") in PATH_SETTINGS and value and \
+        if sep and key.lstrip("+") in HYDRA_DIRS and (value == "~" or value.startswith("~/")):
+            value = os.path.expanduser(value)
+            arg = f"{key}={value}"
+        if sep and not arg.startswith("-") and key.lstrip("+") in PATH_SETTINGS + HYDRA_DIRS and value and \
                 not set(value) & set('"\\,'):
             try:
                 parser.parse_overrides([arg])
