@@ -49,7 +49,7 @@ class TrainerConfig:
     max_steps: Optional[int] = None  # stop earlier than `epochs` (smoke runs)
     batch_size: int = 64
     eval_batch_size: int = 512
-    log_every: int = 50  # steps; the only routine host sync
+    log_every: int = 50  # steps; the routine host sync (evals and checkpoints sync at their own boundaries)
     eval_every: int = 200  # steps; 0 = evaluate only at the end
     steps_per_call: Optional[int] = None  # the most train steps per compiled call; None: 200, 1 for convnets on CPU
     clip_norm: Optional[float] = None  # global-norm gradient clipping
@@ -413,6 +413,16 @@ ZOO_SET_ARGUMENTS = {  # what the zoo passes to each group's _target_ itself
                  "trainer.max_steps)"},
 }
 GENERATOR_KEYS = ("num_examples", "num_features", "noise")
+
+
+def dotted_settings(tree, prefix=""):
+    """{'trainer.batch_size': 64, ...}: a nested config's values by their dotted names."""
+    if isinstance(tree, dict):
+        out = {}
+        for key, value in tree.items():
+            out.update(dotted_settings(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
 
 
 def interpolation_in(saved, where: str = "") -> tuple | None:

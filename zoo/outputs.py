@@ -36,7 +36,7 @@ class RunOutputs:
     total_steps: int
     ckpts: Checkpoints | None
     logger: RunLogger
-    save: object  # save(step, host state, host sums, eval metrics=None, wait=False)
+    save: object  # save(step, host state, host sums, eval metrics=None, wait=False, replace=False, scheduled=None)
     zero_sums: dict
     target: dict  # {"state", "sums"} shaped like a checkpoint, for restores
     start_step: int = 0

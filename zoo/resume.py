@@ -6,7 +6,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.checkpoint import Checkpoints, StateMismatch, restore_latest_good
 from zoo.cli import launch_dir_path, new_run_dir
-from zoo.config import METRIC_MODES, refuse_interpolations, saved_with_defaults
+from zoo.config import METRIC_MODES, dotted_settings, refuse_interpolations, saved_with_defaults
 from zoo.errors import RunRefused, UserError
 from zoo.privacy.plan import resume_defining
 from zoo.run_dirs import export_origin, holds_steps, run_choices, run_whose_checkpoints_hold, runs_below
@@ -24,16 +24,6 @@ STATE_SHAPING = ("optimizer", "schedule", "trainer.ema_decay")
 RESULT_DEFINING = STATE_DEFINING + STATE_SHAPING + ("seed", "trainer.batch_size")
 PRIVACY_DEFINING = ("privacy",)
 EARLY_STOPPING_DEFINING = ("trainer.early_stopping", "trainer.eval_every", "checkpoint.metric", "checkpoint.mode")
-
-
-def dotted_settings(tree, prefix=""):
-    """{'trainer.batch_size': 64, ...}: a nested config's values by their dotted names."""
-    if isinstance(tree, dict):
-        out = {}
-        for key, value in tree.items():
-            out.update(dotted_settings(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: tree}
 
 
 def changed_settings(saved: dict, current: dict, prefixes=STATE_DEFINING) -> list:

@@ -15,7 +15,7 @@ import numpy as np
 from jax._src import distributed as jax_distributed  # its client: the processes' key-value store
 from jax.experimental import multihost_utils
 
-from zoo.config import coordinator_host
+from zoo.config import coordinator_host, dotted_settings
 from zoo.errors import ProcessesNotJoined, UserError
 from zoo.parallel import heartbeats
 
@@ -314,7 +314,7 @@ def check_same_run(run_dir: str, settings: dict) -> None:
 def check_same_settings(settings: dict) -> None:
     """The processes of one run, or of one eval.py or export.py, were given one command line (paths aside)."""
     # paths may differ per host (a data dir), and distributed.process_id must
-    mine = {k: v for k, v in _dotted(settings).items() if not k.startswith(("distributed.", "paths."))}
+    mine = {k: v for k, v in dotted_settings(settings).items() if not k.startswith(("distributed.", "paths."))}
     each = [json.loads(s) for s in every_process(json.dumps(mine, sort_keys=True, default=str))]
     differ = sorted(k for k in set().union(*each) if len({json.dumps(e.get(k)) for e in each}) > 1)
     if differ:
@@ -322,12 +322,6 @@ def check_same_settings(settings: dict) -> None:
                          for k in differ[:3])
         raise UserError(f"the processes of a multi-process run were given different settings: {have}; give every "
                         "process the same command line but distributed.process_id.")
-
-
-def _dotted(tree, prefix="") -> dict:
-    if isinstance(tree, dict):
-        return {k: v for key, value in tree.items() for k, v in _dotted(value, f"{prefix}{key}.").items()}
-    return {prefix[:-1]: tree}
 
 
 def failed_processes(ok: bool) -> list:

@@ -8,9 +8,9 @@ import json
 
 from omegaconf import DictConfig, OmegaConf
 
+from zoo.config import dotted_settings
 from zoo.errors import UserError
 from zoo.optim import hyperparameters
-from zoo.resume import dotted_settings
 
 MEMBER_VALUE = "<per member>"
 
