@@ -52,6 +52,10 @@ class NonFiniteLoss(UserError):
     pass
 
 
+def pruned_at(step: int, split: str, eval_metrics: dict) -> "TrialPruned":
+    return TrialPruned(f"pruned at step {step} by the sweep's pruner ({split}: {metric_summary(eval_metrics)})")
+
+
 class TrialPruned(Exception):
     """A sweep's pruner stopped this run at a periodic eval; its checkpoints and metrics so far are kept."""
 
@@ -199,8 +203,7 @@ def fit(state, compiled: Compiled, feed, eval_sets: dict, cfg, total_steps: int,
             scored = eval_metrics if checkpoint_due or pruned or ended else None
             save(step, mode.get(compiled.state(leaves)), compiled.get_sums(acc), scored)
         if pruned:
-            raise TrialPruned(f"pruned at step {step} by the sweep's pruner ({periodic_split}: "
-                              f"{metric_summary(eval_metrics)})")
+            raise pruned_at(step, periodic_split, eval_metrics)
         if stopping or ended:
             break
     examples_per_s = (step - start_step) * feed.batch_size / max(time.perf_counter() - t_start, 1e-9)

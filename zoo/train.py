@@ -124,6 +124,15 @@ def eval_step_for(cfg: DictConfig, eval_step):
     return eval_step if cfg.trainer.ema_decay is None else evaluating_averaged(eval_step)
 
 
+def result_extras(cfg: DictConfig, step: int, start_step: int, wall_time_s: float, examples_per_s: float,
+                  devices: int, model: dict, batch_size: int) -> dict:
+    """What results.json holds besides the metrics: the run's length, speed, devices and model summary."""
+    return dict(steps=step, start_step=start_step, wall_time_s=wall_time_s, examples_per_s=examples_per_s,
+                devices=devices, parallel=cfg.parallel.mode,
+                model={**model, "achieved_gflop_s": achieved_gflop_s(model, batch_size, examples_per_s)},
+                **ema_note(cfg))
+
+
 def ema_note(cfg: DictConfig) -> dict:
     """What results.json says about the parameters its metrics were computed with."""
     if cfg.trainer.ema_decay is None:
@@ -262,11 +271,8 @@ def _finish(cfg: DictConfig, run: Run, out, state, step: int, train_metrics: dic
         state = mode.put_state(out.reported_state(mode.get(state), periodic))
     split_metrics = {split: evaluate(state, compiled, batches, count)
                      for split, (batches, count) in run.eval_sets.items()}
-    extras = dict(steps=step, start_step=out.start_step, wall_time_s=time.perf_counter() - t0,
-                  examples_per_s=examples_per_s, devices=mode.num_devices, parallel=cfg.parallel.mode)
-    extras["model"] = {**model, "achieved_gflop_s": achieved_gflop_s(model, run.stream.batch_size,
-                                                                     examples_per_s)}
-    extras.update(ema_note(cfg))
+    extras = result_extras(cfg, step, out.start_step, time.perf_counter() - t0, examples_per_s, mode.num_devices,
+                           model, run.stream.batch_size)
     if run.privacy:
         extras["privacy"] = run.privacy.record(step)  # the steps run: early stopping may end sooner
     return out.finish(step, train_metrics, split_metrics, mode.get(state), **extras), state

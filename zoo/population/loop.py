@@ -16,8 +16,8 @@ import numpy as np
 
 from zoo.data.pipeline import PADDING_STEP
 from zoo.errors import UserError
-from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, TrialPruned, call_length, check_finite,
-                      divergence_advice, log_period, logged_eval, metric_summary, next_boundary)
+from zoo.loop import (DEFAULT_STEPS_PER_CALL, NonFiniteLoss, call_length, check_finite, divergence_advice, log_period,
+                      logged_eval, next_boundary, pruned_at)
 from zoo.population.logs import member_lines
 from zoo.population.program import member
 
@@ -95,8 +95,7 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
                 writes.append(_prepare_write(m, step, member(saved_states[0], i), member(saved_states[1], i),
                                              evals.get(i) if scored else None))
             if pruned and m.error is None:
-                m.error = TrialPruned(f"pruned at step {step} by the sweep's pruner ({eval_set[0]}: "
-                                      f"{metric_summary(evals[i])})")
+                m.error = pruned_at(step, eval_set[0], evals[i])
         if stopping:
             break
     writer.submit(writes)  # at the end or a stop: train_population waits for them before deciding outcomes

@@ -30,11 +30,11 @@ from zoo.population.program import PopulationProgram, member, stack
 from zoo.preemption import preempted, stop_on_signals
 from zoo.state import create_state
 from zoo.steps import make_steps
-from zoo.summary import achieved_gflop_s, count_parameters, report, step_flops
+from zoo.summary import count_parameters, report, step_flops
 from zoo.sweeps.trial_link import eval_reporter
 from zoo.tasks import TASKS
-from zoo.train import (build_model, default_steps_per_call, ema_note, eval_host_batches, eval_step_for,
-                       load_dataset_once, log_ema, model_initialiser, setup_compilation_cache, unrolled_on_cpu)
+from zoo.train import (build_model, default_steps_per_call, eval_host_batches, eval_step_for, load_dataset_once,
+                       log_ema, model_initialiser, result_extras, setup_compilation_cache, unrolled_on_cpu)
 
 log = logging.getLogger("zoo")
 
@@ -309,11 +309,9 @@ def _finish(program, run: list, cfgs: list, states, task, total_steps: int, eval
             continue
         steps_run = sum(m.running_at(s) for s in range(m.outputs.start_step, total_steps))
         examples_per_s = steps_run * m.stream.batch_size / max(fit_seconds, 1e-9)
-        achieved = achieved_gflop_s(model, m.stream.batch_size, examples_per_s)
-        extras = dict(steps=m.end, start_step=m.outputs.start_step, wall_time_s=wall_time_s,
-                      examples_per_s=examples_per_s, devices=program.num_devices, parallel=c.parallel.mode,
-                      model={**model, "achieved_gflop_s": achieved}, population={"members": len(run), "member": i})
-        extras.update(ema_note(c))
+        extras = result_extras(c, m.end, m.outputs.start_step, wall_time_s, examples_per_s, program.num_devices, model,
+                               m.stream.batch_size)
+        extras["population"] = {"members": len(run), "member": i}
         try:
             with member_lines(c.paths.output_dir):
                 m.results = m.outputs.finish(m.end, m.train_metrics, {s: v[i] for s, v in split_metrics.items()},
