@@ -1474,6 +1474,35 @@ def test_a_file_where_a_sweeps_job_folder_goes_is_one_sentence(tmp_path, capsys)
     assert capsys.readouterr().err == ""
 
 
+def test_a_sweeps_job_folder_that_is_a_link_is_refused(tmp_path, capsys):
+    """A job continues the run its folder holds: a link to another sweep's stopped trial was resumed there, and that
+    trial's records rewritten under this sweep's settings."""
+    from omegaconf import OmegaConf
+
+    from zoo.cli import jobs_dir_blocked
+
+    other = tmp_path / "other" / "0"
+    other.mkdir(parents=True)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "0").symlink_to(other)
+    (sweep / "x_3").symlink_to(other)
+
+    def job(subdir, num=3):
+        return OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep), "subdir": subdir}, "output_subdir": ".hydra",
+                                           "job": {"name": "train", "num": num}}})
+
+    with pytest.raises(SystemExit) as exit_:
+        RunDirCheck().on_multirun_start(job("${hydra.job.num}"))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"error: {sweep / '0'}, where job 0 of the sweep keeps its run, is a link to "
+                                       f"{other}; a job writes in a directory of its own: remove the link, or choose "
+                                       "another hydra.sweep.dir.\n")
+    assert str(jobs_dir_blocked(job("x_${hydra.job.num}"))) == (
+        f"{sweep / 'x_3'}, where job 3 of the sweep keeps its run, is a link to {other}; a job writes in a directory "
+        "of its own: remove the link, or choose another hydra.sweep.subdir.")
+    assert list(other.iterdir()) == []
+
 def test_what_is_in_the_way_of_a_job_under_a_subdir_of_ones_own_is_found_once_the_job_is_composed(tmp_path):
     """A subdir other than the job number is known only per job: a file at its directory, at a folder on the way
     down to it, or at its .hydra/ record is named, with the job's number; a free path is not."""

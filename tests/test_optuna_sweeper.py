@@ -817,3 +817,34 @@ def test_a_sampler_that_would_unpickle_from_the_stored_study_is_refused_before_a
     assert launcher.calls == []
     in_memory = make_sweep(tmp_path, launcher, sampler=OmegaConf.create(sampler), storage=None)._sampler({})
     assert isinstance(getattr(in_memory, "_base_sampler", in_memory), optuna.samplers.CmaEsSampler)
+
+
+@pytest.mark.parametrize("name, value, distribution, says", [
+    ("++hydra.job_logging.handlers.evil", 0,
+     {"name": "CategoricalDistribution", "attributes": {"choices": ["{class:logging.FileHandler,filename:x}"]}},
+     r"\+\+hydra\.job_logging\.handlers\.evil='\{class:logging\.FileHandler,filename:x\}', which this command does "
+     r"not search;"),
+    ("trainer.batch_size", 7.5, {"name": "FloatDistribution", "attributes": {"low": 1.0, "high": 8.0, "log": False,
+                                                                            "step": None}},
+     r"trainer\.batch_size=7\.5, which this command does not search over \[16, 32, 64\];"),
+], ids=["another-setting", "another-value"])
+def test_a_stopped_trials_stored_parameters_this_command_does_not_search_are_refused(tmp_path, runs_jobs_here, name,
+                                                                                      value, distribution, says):
+    """A stopped trial runs again with its stored parameters as overrides, and the storage is a file: a parameter
+    written into it became any override at all (a logging handler that emptied another sweep's results.json)."""
+    import sqlite3
+
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    stop_a_sweep(tmp_path, storage, n_jobs=2)
+    save_job_dir(tmp_path, "0", 0, "test", failure=STOPPED)
+    with sqlite3.connect(tmp_path / "optuna.db") as db:
+        trial_id = db.execute("select trial_id from trials where number = 0").fetchone()[0]
+        db.execute("delete from trial_params where trial_id = ? and param_name = ?", (trial_id, name))
+        db.execute("insert into trial_params (trial_id, param_name, param_value, distribution_json) values "
+                   "(?, ?, ?, ?)", (trial_id, name, value, json.dumps(distribution)))
+    launcher = RecordingLauncher()
+    with pytest.raises(UserError, match=rf"^study test holds stopped trial 0 with {says} search what the study "
+                                        r"searched, or choose a new hydra\.sweep\.dir \(its storage then holds a new "
+                                        r"study\)\.$"):
+        make_sweep(tmp_path, launcher, storage=storage, n_trials=1).sweep([])
+    assert launcher.calls == []

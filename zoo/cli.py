@@ -232,6 +232,8 @@ class RunDirCheck(Callback):
         _sweep_job_dirs.clear()
         numbered = numbered_job_dirs(config)
         for job in os.listdir(sweep):  # a rerun in the same sweep dir: its jobs' dirs
+            if numbered and job.isdigit() and os.path.islink(os.path.join(sweep, job)):
+                exit_with(_linked_job_dir(os.path.join(sweep, job), job, "hydra.sweep.dir"))
             if numbered and job.isdigit() and not os.path.isdir(os.path.join(sweep, job)):
                 exit_with(UserError(f"something is in the way at {os.path.join(sweep, job)} (a file where job {job} "
                                     "of a sweep keeps its run); move it, or choose another hydra.sweep.dir."))
@@ -402,12 +404,22 @@ def _in_the_way(run_dir: str, config, setting: str) -> UserError | None:
     return UserError(f"something is in the way at {obstacle} ({why}); move it, or choose another {setting}.")
 
 
+def _linked_job_dir(job_dir: str, job, setting: str) -> UserError:
+    """A sweep's job continues the run its directory holds: through a link, another sweep's run (its records
+    rewritten under this sweep's settings)."""
+    return UserError(f"{job_dir}, where job {job} of the sweep keeps its run, is a link to "
+                     f"{os.path.realpath(job_dir)}; a job writes in a directory of its own: remove the link, or choose "
+                     f"another {setting}.")
+
+
 def jobs_dir_blocked(job) -> UserError | None:
     """Why `job` (a sweep's job config, its number set) cannot start, where something is in the way. Hydra makes
     the job's directory (hydra.sweep.dir / hydra.sweep.subdir) as the job starts and reports a file in its way, or
     in the way of its .hydra/ record and log, as a traceback. The sweep's start checks the default subdirs, the job
     numbers; a subdir of the user's own (`x_${hydra.job.num}`) is known only once its job is composed."""
     job_dir = os.path.join(str(job.hydra.sweep.dir), str(job.hydra.sweep.subdir))
+    if os.path.islink(os.path.normpath(job_dir)):
+        return _linked_job_dir(job_dir, job.hydra.job.num, "hydra.sweep.subdir")
     obstacle = job_dir
     while not os.path.lexists(obstacle) and os.path.dirname(obstacle) not in ("", obstacle):
         obstacle = os.path.dirname(obstacle)  # mkdir(parents=True) stops at the first file on its way down

@@ -422,6 +422,8 @@ class OptunaSweep:
         stopped = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         if not stopped:
             return
+        for trial in stopped:
+            _check_stored_params(study, trial, space, self._another_study())
         sweep_dir = str(self.config.hydra.sweep.dir)
         job_dirs = trial_link.job_dirs(sweep_dir, study.study_name, {t.number for t in stopped})
         here = type(self.launcher).__name__ in IN_PROCESS_LAUNCHERS
@@ -560,6 +562,21 @@ def _settings_of(node) -> str:
 def _reason(error: BaseException) -> str:
     """A failed trial's reason: a UserError's sentence whole (its last words say what to change), else in brief."""
     return f"{type(error).__name__}: {error}" if isinstance(error, UserError) else brief(error)
+
+
+def _check_stored_params(study, trial, space, instead: str) -> None:
+    """A stopped trial runs again with its stored parameters as overrides: each must be a setting this command
+    searches, and a value its choices hold (a number for a range). The storage is a file: a parameter named
+    `++hydra.job_logging...`, or a choice of another value, would be any override at all."""
+    for name, value in trial.params.items():
+        distribution = space.distributions.get(name)
+        choices = getattr(distribution, "choices", None)
+        fits = distribution is not None and (value in choices if choices is not None else
+                                             isinstance(value, (int, float)) and not isinstance(value, bool))
+        if not fits:
+            searched = "" if distribution is None else f" over {list(choices) if choices is not None else 'numbers'}"
+            raise UserError(f"study {study.study_name} holds stopped trial {trial.number} with {name}={value!r}, which "
+                            f"this command does not search{searched}; search what the study searched, or {instead}.")
 
 
 def _check_same_choices(study, distributions: dict, instead: str) -> None:
