@@ -848,3 +848,23 @@ def test_a_stopped_trials_stored_parameters_this_command_does_not_search_are_ref
                                         r"study\)\.$"):
         make_sweep(tmp_path, launcher, storage=storage, n_trials=1).sweep([])
     assert launcher.calls == []
+
+
+def test_a_stopped_trials_job_with_a_damaged_record_is_one_sentence_or_not_its_job(tmp_path, runs_jobs_here):
+    """A trial number that is no number in a job's hydra.yaml ended the rerun in a ValueError: that folder is no job
+    of the study, and the trial runs again in a new one. A job whose overrides.yaml does not read ended it in a
+    DamagedJob traceback: it is the one sentence that names the file."""
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    stop_a_sweep(tmp_path, storage, n_jobs=1)
+    save_job_dir(tmp_path, "0", "abc", "test", failure=STOPPED)
+    launcher = RecordingLauncher()
+    make_sweep(tmp_path, launcher, storage=storage, n_trials=1).sweep([])
+    assert [idx for idx, _ in launcher.calls] == [0, 1]
+    assert not any(o.startswith("hydra.sweep.subdir=") for o in launcher.calls[0][1][0])  # not continued in "0"
+    storage = f"sqlite:///{tmp_path}/other.db"
+    stop_a_sweep(tmp_path / "other", storage, n_jobs=1)
+    save_job_dir(tmp_path / "other", "0", 0, "test", failure=STOPPED)
+    (tmp_path / "other" / "0" / ".hydra" / "overrides.yaml").write_text("5\n")
+    with pytest.raises(UserError, match=r"^.*/other/0/\.hydra/overrides\.yaml cannot be read \(.*\); repair it, or "
+                                        r"move that job's directory out of the sweep\.$"):
+        make_sweep(tmp_path / "other", RecordingLauncher(), storage=storage, n_trials=1).sweep([])

@@ -84,6 +84,29 @@ def test_summary_ranks_completed_then_unfinished_then_failed_and_says_why(tmp_pa
     assert "| 3 | 2 | unfinished |" in markdown and "| 4 | 1 | failed | nan |" in markdown
 
 
+@pytest.mark.parametrize("edit", [{"test": [1, 2]}, {"privacy": "x"}, {"wall_time_s": "fast", "steps": "six"},
+                                  {"objective": [0.95]}, {"test": {"accuracy": "high", "count": 359}}],
+                         ids=["split-not-a-mapping", "privacy-not-a-mapping", "not-numbers", "objective-a-list",
+                              "metric-not-a-number"])
+def test_a_results_json_of_another_shape_is_read_as_far_as_it_goes(tmp_path, edit):
+    """A field of another type, in a results.json edited by hand, ended the report (and the summary after each job)
+    in an AttributeError or TypeError: it is read as missing, and an objective of the wrong kind fails the job."""
+    write_job(tmp_path, "0", ["seed=0"], results={**completed(0.95), **edit})
+    write_job(tmp_path, "1", ["seed=1"], results=completed(0.8))
+    write_job(tmp_path, "2", ["seed=2"], failure={"status": "pruned", "error": "TrialPruned", "reason": "x"})
+    (tmp_path / "2" / "metrics.jsonl").write_text('[1]\n{"split": "test", "accuracy": 0.1}\n')  # no record, no step
+    summary = sweep_report.write_summary(str(tmp_path))
+    rows = {r["job"]: r for r in summary["rows"]}
+    if "objective" in edit:
+        assert rows["0"]["status"] == "failed" and rows["0"]["reason"] == "objective is [0.95]"
+        assert summary["best"]["job"] == "1"
+    else:
+        assert rows["0"]["status"] == "completed" and summary["best"]["job"] == "0"
+        assert all(isinstance(v, (int, float)) for v in rows["0"]["metrics"].values())
+        assert rows["0"]["wall_time_s"] in (1.0, None) and rows["0"]["steps"] in (6, None)
+    assert rows["2"]["status"] == "pruned" and rows["2"]["metrics"] == {}
+    assert (tmp_path / "summary.md").is_file()
+
 def test_a_dp_sweeps_summary_shows_the_epsilon_each_job_spent(tmp_path):
     """DP-SGD trials trade accuracy for privacy: the table shows each one's epsilon (results.json's privacy
     record) beside its metrics; a job without privacy, or whose epsilon is infinite (no noise), shows none."""

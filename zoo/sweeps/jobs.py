@@ -7,7 +7,7 @@ import os
 import yaml
 from omegaconf import OmegaConf
 
-from zoo.errors import brief
+from zoo.errors import UserError, brief
 from zoo.files import load_json
 from zoo.preemption import Preempted
 from zoo.sweeps.plots import natural
@@ -15,7 +15,7 @@ from zoo.sweeps.plots import natural
 REPORTED_SPLITS = ("validation", "test")  # a search selects on validation; the test figures stand beside it
 
 
-class DamagedJob(ValueError):
+class DamagedJob(UserError):
     """A job's .hydra/ record does not read (edited or cut short by hand): no summary can place that job."""
 
 
@@ -106,12 +106,13 @@ def read_job(job_dir: str, root: str) -> dict:
            "overrides": overrides, "params": dict(o.split("=", 1) for o in overrides if "=" in o)}
     results = load_json(os.path.join(job_dir, "results.json"))
     failure = load_json(os.path.join(job_dir, "failure.json"))
-    if results is not None:
-        row.update(status="completed", objective=results.get("objective"), steps=results.get("steps"),
-                   wall_time_s=results.get("wall_time_s"),
+    if results is not None:  # a field of another type (a file edited by hand) is read as missing
+        row.update(status="completed", objective=results.get("objective"), steps=_number(results.get("steps")),
+                   wall_time_s=_number(results.get("wall_time_s")),
                    metrics={f"{split}/{k}": v for split in REPORTED_SPLITS
-                            for k, v in results.get(split, {}).items() if k != "count"})
-        epsilon = (results.get("privacy") or {}).get("epsilon")  # a DP-SGD run's; None where it is infinite
+                            for k, v in _mapping(results.get(split)).items()
+                            if k != "count" and _number(v) is not None})
+        epsilon = _number(_mapping(results.get("privacy")).get("epsilon"))  # a DP-SGD run's; None where infinite
         if epsilon is not None:
             row["metrics"]["epsilon"] = epsilon
         if not finite(row["objective"]):
@@ -121,7 +122,7 @@ def read_job(job_dir: str, root: str) -> dict:
                   "stopped" if failure.get("error") == Preempted.__name__ else "failed")  # stopped: rerun resumes it
         row.update(status=status, reason=f"{failure.get('error', 'Error')}: {failure.get('reason', '')}")
         if status == "stopped":  # the step the stop reached
-            row["steps"] = failure.get("step")
+            row["steps"] = _number(failure.get("step"))
         if row["status"] == "pruned":  # its last eval, the one the pruner judged, stands in its metric columns
             row.update(_last_eval(os.path.join(job_dir, "metrics.jsonl")))
     return row
@@ -133,12 +134,20 @@ def _last_eval(path: str) -> dict:
             records = [json.loads(line) for line in f if line.strip()]
     except (OSError, ValueError):
         return {}
-    evals = [r for r in records if r.get("split") in REPORTED_SPLITS]
+    evals = [r for r in records if isinstance(r, dict) and r.get("split") in REPORTED_SPLITS and "step" in r]
     if not evals:
         return {}
     last = evals[-1]
     return {"steps": last["step"], "metrics": {f"{last['split']}/{k}": v for k, v in last.items()
                                                if k not in ("step", "split", "count", "final")}}
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def finite(x) -> bool:

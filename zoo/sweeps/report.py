@@ -99,6 +99,9 @@ def collect(root: str, known: dict = None) -> dict:
     name, direction = known.get("objective", ("objective", "maximize"))
     rows = [_read_once(j, root, known.setdefault("rows", {})) for j in jobs]
     multi = isinstance(name, list)
+    for r in rows:  # a results.json edited by hand: one value where the sweep has several objectives, or a list
+        if r["status"] == "completed" and isinstance(r["objective"], list) != multi:
+            r.update(status="failed", reason=f"objective is {r['objective']}")
     front = pareto.front([r for r in rows if r["status"] == "completed"], direction) if multi else []
     sign = -1.0 if (direction[0] if multi else direction) == "maximize" else 1.0
     for r in rows:

@@ -39,10 +39,11 @@ def job_dirs(sweep_dir: str, study_name: str, numbers: set) -> dict:
             hydra = OmegaConf.load(os.path.join(job_dir, ".hydra", "hydra.yaml")).hydra
             number = OmegaConf.select(hydra, f"job.env_set.{TRIAL_KEY}")
             same_study = OmegaConf.select(hydra, "sweeper.study_name") == study_name
-        except Exception:  # noqa: BLE001 — unreadable or unresolvable: not a job of this study that can continue
+            number = None if number is None else int(number)
+        except Exception:  # noqa: BLE001 — unreadable, unresolvable or no number: not a job of this study to continue
             continue
-        if same_study and number is not None and int(number) in numbers:
-            found[int(number)] = os.path.relpath(job_dir, sweep_dir)
+        if same_study and number in numbers:
+            found[number] = os.path.relpath(job_dir, sweep_dir)
     return found
 
 
