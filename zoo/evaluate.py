@@ -450,7 +450,8 @@ def _evaluate(cfg: DictConfig) -> dict:
     ema_decay = meta["config"]["trainer"].get("ema_decay")
     if cfg.split not in run.eval_sets:
         fraction = (meta["config"].get("dataset") or {}).get("validation_fraction") or 0.0
-        what = (": eval.py evaluates a run's held-out splits, and the train split's metrics are in its results.json"
+        what = (": eval.py evaluates a run's held-out splits (its results.json's train metrics are those its last log "
+                "interval trained with)"
                 if cfg.split == "train" else
                 f" is not in this run: it was trained with dataset.validation_fraction={fraction}, which holds out no "
                 "validation split (train one with dataset.validation_fraction=0.1 to have one)"
