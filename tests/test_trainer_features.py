@@ -238,6 +238,15 @@ def test_early_stopping_reports_the_final_state_as_its_best_when_it_beats_every_
     assert results["test"]["loss"] < min(periodic)
 
 
+def test_the_final_eval_of_a_run_patience_did_not_stop_counts_as_a_bad_eval_where_it_does_not_improve(make_cfg):
+    """The loss rises after step 4 (SGD at 0.5): the final state's eval at 6 lost to step 4's, and bad_evals still
+    said 0, as if the run had ended at its best eval."""
+    results = train(make_cfg(*SGD, "optimizer.learning_rate=0.5", "trainer.max_steps=6", "trainer.eval_every=2",
+                             "trainer.log_every=1", "checkpoint.metric=loss", "trainer.early_stopping.patience=5"))
+    stopping = results["early_stopping"]
+    assert (stopping["best_step"], stopping["best_checkpoint_step"], stopping["stopped_step"]) == (4, 4, None)
+    assert stopping["bad_evals"] == 1 and stopping["best"] == results["test"]["loss"]
+
 def test_early_stopping_patience_survives_preemption(make_cfg, monkeypatch):
     whole = train(make_cfg(*STOPPING, out="whole"))
     with monkeypatch.context() as patch:

@@ -55,6 +55,18 @@ class EarlyStopping:
     def _improves(self, value: float) -> bool:
         return value > self.best + self.min_delta if self.mode == "max" else value < self.best - self.min_delta
 
+    def with_the_end(self, step: int, metrics: dict) -> dict:
+        """state_dict() with the final state's eval at `step` counted as one more eval, as the run's report gives
+        it: an improvement makes it the best, else one more bad eval (the run ends there either way)."""
+        state, value = self.state_dict(), metrics[self.metric]
+        if math.isnan(value):
+            return state
+        if self.best is None or math.isnan(self.best) or self._improves(value):
+            state.update(best=value, best_step=step, bad_evals=0)
+        else:
+            state["bad_evals"] += 1
+        return state
+
     def state_dict(self) -> dict:
         return {"best": self.best, "best_step": self.best_step, "bad_evals": self.bad_evals,
                 "stopped_step": self.stopped_step}

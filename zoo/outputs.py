@@ -66,9 +66,9 @@ class RunOutputs:
         if self.early.stopped_step is None:
             self.save(self.total_steps, host_state, self.zero_sums, periodic_metrics)
         best_step, host_state = restore_best(self.ckpts, self.target)
-        stopping = self.early.state_dict()
-        if best_step == self.total_steps and self.early.stopped_step is None:  # the final state won: it is the best
-            stopping.update(best=periodic_metrics[self.early.metric], best_step=best_step, bad_evals=0)
+        # a run patience did not stop: the final state's eval counts as one more, whichever checkpoint it reports
+        stopping = (self.early.state_dict() if self.early.stopped_step is not None else
+                    self.early.with_the_end(self.total_steps, periodic_metrics))
         self.results["early_stopping"] = {**stopping, "best_checkpoint_step": best_step}
         return host_state
 
