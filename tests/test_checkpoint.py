@@ -890,7 +890,8 @@ def test_a_step_whose_metric_is_undefined_is_never_the_best_kept(tmp_path, metri
     ckpts.close()
 
 
-@pytest.mark.parametrize("damaged", ["[]", "null", '{"steps": 6, "test": {"accuracy": "abc"}}', '{"steps": 6, "test": 5}'],
+@pytest.mark.parametrize("damaged", ["[]", "null", '{"steps": 6, "test": {"accuracy": "abc"}}',
+                                     '{"steps": 6, "test": 5}'],
                          ids=["list", "null", "not-a-number", "not-a-mapping"])
 def test_a_finished_runs_damaged_results_json_is_written_again_by_the_same_command(make_cfg, damaged):
     """Valid JSON of another shape ended the rerun in an AttributeError, TypeError or ValueError traceback: it is

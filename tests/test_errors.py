@@ -1211,9 +1211,9 @@ def test_eval_choices_that_are_not_in_the_run(make_cfg, trained):
                                         r"\(train one with dataset\.validation_fraction=0\.1 to have one\); choose one "
                                         r"of \['test'\]\.$"):
         evaluate(eval_cfg(make_cfg, trained, "split=validation"))
-    with pytest.raises(UserError, match=r"split=train: eval\.py evaluates a run's held-out splits \(its results\.json's "
-                                        r"train metrics are those its last log interval trained with\); choose one of "
-                                        r"\['test'\]\."):
+    with pytest.raises(UserError, match=r"split=train: eval\.py evaluates a run's held-out splits \(its "
+                                        r"results\.json's train metrics are those its last log interval trained "
+                                        r"with\); choose one of \['test'\]\."):
         evaluate(eval_cfg(make_cfg, trained, "split=train"))
     with pytest.raises(UserError, match=r"trainer\.batch_size must be a positive integer or null, got 0\."):
         evaluate(eval_cfg(make_cfg, trained, "trainer.batch_size=0"))

@@ -135,9 +135,9 @@ def test_a_step_of_another_run_among_a_runs_checkpoints_is_refused_not_evaluated
     train(make_cfg("debug=smoke", "model=linear", "trainer.max_steps=2", out="other"))
     shutil.copytree(tmp_path / "other" / "checkpoints" / "2", tmp_path / "run" / "checkpoints" / "6")
     with pytest.raises(UserError, match=r"^the checkpoints in .*/run/checkpoints are not all of one run: step \d and "
-                                        r"step 6 were trained with other settings \(model\._target_ \('zoo\.models\.MLP' "
-                                        r"-> 'zoo\.models\.Linear'\).*\); move the steps that are not the run's out of "
-                                        r"it, or pass another run_dir\.$"):
+                                        r"step 6 were trained with other settings \(model\._target_ "
+                                        r"\('zoo\.models\.MLP' -> 'zoo\.models\.Linear'\).*\); move the steps that "
+                                        r"are not the run's out of it, or pass another run_dir\.$"):
         evaluate(eval_cfg(make_cfg, tmp_path / "run"))
     shutil.rmtree(tmp_path / "run" / "checkpoints" / "6")  # moved out, as the sentence says: the run evaluates
     assert evaluate(eval_cfg(make_cfg, tmp_path / "run"))["step"] == 4

@@ -29,10 +29,7 @@ class EarlyStopping:
         if math.isnan(value):  # compared with anything it is never better, nor worse: it would stop the run as best
             self._say_undefined(step)
             return False
-        if self.best is None or math.isnan(self.best) or self._improves(value):  # nan: saved by an older version
-            self.best, self.best_step, self.bad_evals = value, step, 0
-        else:
-            self.bad_evals += 1
+        self.best, self.best_step, self.bad_evals = self._counted(step, value)
         if self.bad_evals >= self.patience:
             self.stopped_step = step
             log.info("early stopping at step %d: %s has not improved by more than %g for %d evals (best %.4g at "
@@ -52,6 +49,12 @@ class EarlyStopping:
         log.warning("checkpoint.metric=%s is undefined (nan) on the %s split at step %d: early stopping counts no such "
                     "eval and keeps none as the best checkpoint; %s.", self.metric, self.split, step, change)
 
+    def _counted(self, step: int, value: float) -> tuple:
+        """(best, best_step, bad_evals) once an eval of `value` at `step` is counted."""
+        if self.best is None or math.isnan(self.best) or self._improves(value):  # nan: saved by an older version
+            return value, step, 0
+        return self.best, self.best_step, self.bad_evals + 1
+
     def _improves(self, value: float) -> bool:
         return value > self.best + self.min_delta if self.mode == "max" else value < self.best - self.min_delta
 
@@ -59,12 +62,8 @@ class EarlyStopping:
         """state_dict() with the final state's eval at `step` counted as one more eval, as the run's report gives
         it: an improvement makes it the best, else one more bad eval (the run ends there either way)."""
         state, value = self.state_dict(), metrics[self.metric]
-        if math.isnan(value):
-            return state
-        if self.best is None or math.isnan(self.best) or self._improves(value):
-            state.update(best=value, best_step=step, bad_evals=0)
-        else:
-            state["bad_evals"] += 1
+        if not math.isnan(value):
+            state["best"], state["best_step"], state["bad_evals"] = self._counted(step, value)
         return state
 
     def state_dict(self) -> dict:

@@ -376,9 +376,9 @@ def _refuse_another_runs_steps(ckpts: Checkpoints, step: int, meta: dict) -> Non
         changed = changed_settings(comparable_config(config), chosen, STATE_DEFINING) if isinstance(config, dict) \
             else []
         if changed:
-            raise UserError(f"the checkpoints in {ckpts.directory} are not all of one run: step {other} and step {step} "
-                            f"were trained with other settings ({'; '.join(changed[:3])}); move the steps that are "
-                            "not the run's out of it, or pass another run_dir.")
+            raise UserError(f"the checkpoints in {ckpts.directory} are not all of one run: step {other} and step "
+                            f"{step} were trained with other settings ({'; '.join(changed[:3])}); move the steps that "
+                            "are not the run's out of it, or pass another run_dir.")
 
 
 def evaluate(cfg: DictConfig) -> dict:

@@ -123,8 +123,8 @@ def make_steps(graphdef, task, tx: optax.GradientTransformation, axis_name=None,
                 state, acc = step_or_skip((state, acc), jax.tree.map(lambda x: x[i], batches), active[i], hyper)
             return state, acc
 
-        # A padding step (mask PADDING_STEP, see TrainStream.indices) changes nothing, so the active rows run first, in their
-        # order, and the loop ends after them. No conditional in the step lets XLA:CPU drop the parameter copies
+        # A padding step (mask PADDING_STEP, see TrainStream.indices) changes nothing, so the active rows run first, in
+        # their order, and the loop ends after them. No conditional in the step lets XLA:CPU drop the parameter copies
         # (zoo.parallel.compiler): 3.5% of an MLP step, where with the conditional it gained nothing. Vmapped
         # members would need a loop as long as the longest member's (and, spread over devices, a collective to
         # agree on it), so they keep all K iterations and skip the rest in a conditional, a select under vmap.
