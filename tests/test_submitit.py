@@ -8,6 +8,7 @@ import csv
 import fcntl
 import json
 import math
+import os
 import pickle
 import signal
 import subprocess
@@ -93,24 +94,48 @@ def test_jobs_in_separate_processes_write_the_summary_one_at_a_time(tmp_path, mo
 
 
 def test_a_trial_past_its_time_limit_fails_with_one_sentence_naming_the_setting(data_dir, make_cfg, tmp_path):
-    """submitit ends a job at hydra.launcher.timeout_min (under submitit_local, a signal 30 s before it; requeued
-    max_num_timeout times first) by raising its UncompletedJobError inside the job: the sweep ended in that
-    traceback, and the summary gave submitit's words."""
+    """submitit ends a job at hydra.launcher.timeout_min (under submitit_local, its controller sends the job
+    USR2 30 s before it; requeued max_num_timeout times first) by raising its UncompletedJobError inside the job:
+    the sweep ended in that traceback, and the summary gave submitit's words. The test sends the job that signal
+    itself once it trains, instead of waiting the 30 s to the controller's: with timeout_min=1 the job reads
+    any USR2 as its time limit (past submitit's guaranteed share of one minute)."""
+    from submitit.local.local import LocalJobEnvironment
+
     load_dataset(make_cfg(*TINY).dataset, data_dir)
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "train.py", "-m", "hydra/launcher=submitit_local", *TINY, "trainer.epochs=1000000",
-           "seed=0", "hydra.launcher.timeout_min=1", "+hydra.launcher.max_num_timeout=0",  # no requeue
+           "trainer.log_every=1", "seed=0", "hydra.launcher.timeout_min=1",
+           "+hydra.launcher.max_num_timeout=0",  # no requeue
            f"hydra.sweep.dir={sweep}"]
-    proc = commands.run(cmd, cwd=ROOT, env=subprocess_env(data_dir), capture_output=True, text=True, timeout=300,
-                        check=False)
+    proc = commands.Popen(cmd, cwd=ROOT, env=subprocess_env(data_dir), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    wait_for_lines(sweep / "0" / "metrics.jsonl", 1, proc)
+    os.kill(_submitit_job_pid(sweep), LocalJobEnvironment._usr_sig())
+    _, stderr = proc.communicate(timeout=120)
     sentence = ("the job ran past hydra.launcher.timeout_min=1 (minutes) and submitit ended it before it finished; "
                 "raise hydra.launcher.timeout_min.")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines()[-3:-2] == [sentence], proc.stderr[-3000:]
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-3:-2] == [sentence], stderr[-3000:]
     failure = json.loads((sweep / "0" / "failure.json").read_text())
     assert (failure["status"], failure["reason"], failure["user_error"]) == ("failed", sentence, True)
     with open(sweep / "summary.csv") as f:
         assert [r["reason"] for r in csv.DictReader(f)] == [f"UserError: {sentence}"]
+
+
+def _submitit_job_pid(sweep) -> int:
+    """The process of the sweep's one submitit_local job: `python -u -m submitit.core._submit <sweep>/.submitit/..`,
+    the child of the controller that signals it."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except (OSError, ValueError):
+            continue  # not a process, or one that ended meanwhile
+        if "submitit.core._submit" in args and any(a.startswith(str(sweep / ".submitit")) for a in args):
+            found.append(int(entry))
+    assert len(found) == 1, found
+    return found[0]
 
 
 def test_an_error_while_the_run_closes_after_its_time_limit_still_says_the_time_limit():
