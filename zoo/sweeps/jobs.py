@@ -3,6 +3,7 @@ import functools
 import json
 import math
 import os
+import re
 
 import yaml
 from omegaconf import OmegaConf
@@ -21,44 +22,67 @@ class DamagedJob(UserError):
 
 def job_record(job_dir: str, name: str, only: tuple = ()):
     """The job's .hydra/<name> (config.yaml, hydra.yaml, overrides.yaml); DamagedJob if it does not read. `only`
-    (dotted keys): a config of just those keys, when none is an interpolation (which could name any other key);
-    making the whole of a job's config takes ~4 ms here, and a summary reads every job's."""
+    (dotted keys): a config of just those keys (making the whole of a job's config takes ~4 ms here, and a
+    summary reads every job's)."""
     path = os.path.join(job_dir, ".hydra", name)
     try:
-        return load_config(path, only)
+        return load_config(path, only, follow=True)
     except Exception as e:  # noqa: BLE001 — YAML and OmegaConf raise many types for a damaged file
         raise DamagedJob(f"{path} cannot be read ({brief(e)}); repair it, or move that job's directory out of the "
                          "sweep.") from None
 
 
-def load_config(path: str, only: tuple = ()):
+def load_config(path: str, only: tuple = (), follow: bool = False):
     """OmegaConf.load(path), parsed by libyaml (OmegaConf's pure-Python parse of a job's config.yaml takes ~4.5 ms
-    here, libyaml's 0.4 ms); `only` as in job_record."""
+    here, libyaml's 0.4 ms); `only` as in job_record. `follow`: the values of `only`'s keys read as in _keys_of
+    (else as written, for a caller that never resolves them)."""
     with open(path, encoding="utf-8") as f:
         obj = yaml.load(f, Loader=_omegaconf_rules_in_c())
     if only and isinstance(obj, dict):
-        subset = _keys_of(obj, only)
-        obj = obj if subset is None else subset
+        obj = _keys_of(obj, only, follow)
     return OmegaConf.create() if obj is None else OmegaConf.create(obj)
 
 
-def _keys_of(obj: dict, keys: tuple):
-    """{the given dotted keys that `obj` holds, nested as in obj}, or None where one of them is, holds or lies
-    under an interpolation (the other keys beside them may hold any)."""
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)\}")  # ${dataset.task}: another key's value
+
+
+def _keys_of(obj: dict, keys: tuple, follow: bool) -> dict:
+    """{the given dotted keys that `obj` holds, nested as in obj}, the nodes above them (and with `follow`, their
+    values) as OmegaConf would read them: a reference to another key (`${dataset.task}`) is that key's value; any
+    other interpolation raises ValueError: a resolver (`${oc.env:HOME}`) in a sweep's files would have its
+    report show whatever it reads on the machine that makes the report."""
     subset = {}
     for key in keys:
         *parents, leaf = key.split(".")
         node, into = obj, subset
         for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-            if isinstance(node, str) and "${" in node:
-                return None
+            node = _followed(obj, node.get(part), f"{key} (at {part})") if isinstance(node, dict) else None
             into = into.setdefault(part, {})
         if isinstance(node, dict) and leaf in node:
-            if "${" in str(node[leaf]):
-                return None
-            into[leaf] = node[leaf]
+            into[leaf] = _followed(obj, node[leaf], key) if follow else node[leaf]
     return subset
+
+
+def _followed(root: dict, value, key: str, hops: int = 8):
+    """`value` with its references to other keys of `root` followed; ValueError for any other interpolation."""
+    for _ in range(hops):
+        if isinstance(value, list):  # a multi-objective sweep's names
+            return [_followed(root, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        if not isinstance(value, str) or "${" not in value:
+            return value
+        reference = _REFERENCE.fullmatch(value)
+        if reference is None:
+            _refused(key, value)
+        node = root
+        for part in reference.group(1).split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        value = node
+    raise ValueError(f"{key} refers to other keys more than {hops} times over")
+
+
+def _refused(key: str, value):
+    raise ValueError(f"{key} holds {value!r}, an interpolation other than another key's value, which the report "
+                     "does not resolve")
 
 
 @functools.cache
@@ -100,7 +124,8 @@ def find_job_dirs(root: str) -> list:
 
 
 def read_job(job_dir: str, root: str) -> dict:
-    overrides = [str(o) for o in job_record(job_dir, "overrides.yaml")]
+    # as written: resolving an interpolation there would show what it reads on this machine, not what the job ran
+    overrides = [str(o) for o in OmegaConf.to_container(job_record(job_dir, "overrides.yaml"))]
     row = {"job": os.path.relpath(job_dir, root), "run_dir": os.path.abspath(job_dir), "status": "unfinished",
            "objective": None, "metrics": {}, "steps": None, "wall_time_s": None, "reason": "",
            "overrides": overrides, "params": dict(o.split("=", 1) for o in overrides if "=" in o)}
