@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from conftest import CONF
 from zoo.errors import RunRefused, UserError
 from zoo.loop import TrialPruned
+from zoo.sweeps import jobs as sweep_jobs
 from zoo.sweeps import trial_link
 from zoo.sweeps.config import GridSamplerConfig, MedianPrunerConfig, TPESamplerConfig
 from zoo.sweeps import optuna_sweeper
@@ -296,7 +297,7 @@ def runs_jobs_here(monkeypatch):
     monkeypatch.setattr(optuna_sweeper, "IN_PROCESS_LAUNCHERS", ("RecordingLauncher", "StoppedLauncher"))
 
 
-STOPPED = {"status": "failed", "error": "Preempted", "reason": "stopped by SIGTERM at step 200"}
+STOPPED = {"status": "failed", "error": "Preempted", "reason": "stopped by SIGTERM at step 200", "step": 200}
 
 
 def test_trials_a_stopped_sweep_left_running_are_settled_first(tmp_path, runs_jobs_here, caplog):
@@ -352,8 +353,12 @@ def test_with_resume_never_a_stopped_trial_fails_and_new_ones_follow(tmp_path, r
     assert [idx for idx, _ in launcher.calls] == [1]  # job 0's directory holds the stopped run: not touched
     trials = optuna.load_study(study_name="test", storage=storage).trials
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
-    assert trials[0].user_attrs["fail_reason"] == ("stopped before it finished; trainer.resume=never does not "
-                                                   "continue it")
+    reason = "stopped before it finished; trainer.resume=never does not continue it"
+    assert trials[0].user_attrs["fail_reason"] == reason
+    # its directory says so too: the summary called it stopped, to be resumed by a rerun that never would
+    row = sweep_jobs.read_job(str(tmp_path / "0"), str(tmp_path))
+    assert (row["status"], row["reason"]) == ("failed", f"UserError: {reason}")
+    assert json.loads((tmp_path / "0" / "failure.json").read_text())["step"] == STOPPED["step"]  # where it stopped
 
 
 def test_a_stopped_trial_refused_under_other_settings_stays_stopped_for_the_sweeps_own_command(tmp_path,

@@ -17,7 +17,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from zoo.cli import numbered_job_dirs
 from zoo.errors import RunRefused, UserError, brief
+from zoo.files import load_json, write_json
 from zoo.loop import TrialPruned
+from zoo.preemption import Preempted
 from zoo.sweeps import trial_link
 from zoo.sweeps.jobs import find_job_dirs
 from zoo.sweeps.search_space import parse_search_space
@@ -438,15 +440,13 @@ class OptunaSweep:
                 self._tell_ended(study, trial, row, optuna)
             elif never:
                 failed.append(trial.number)
-                trial.set_user_attr("fail_reason", "stopped before it finished; trainer.resume=never does not "
-                                                   "continue it")
-                self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
+                self._abandon(study, trial, job_dir, "stopped before it finished; trainer.resume=never does not "
+                                                     "continue it", optuna)
             elif outcome == "unfinished" and not here:
                 left.append(trial.number)  # it may still be running where the launcher put it
             elif job_dir is not None and _subdir_override(job_dir) is None:
                 failed.append(trial.number)
-                trial.set_user_attr("fail_reason", f"stopped in {job_dir}, whose name Hydra cannot take back")
-                self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
+                self._abandon(study, trial, job_dir, f"stopped in {job_dir}, whose name Hydra cannot take back", optuna)
             else:
                 to_run.append(trial)
         log.info("Trial(s) %s of study %s were left unfinished by a stopped run: %s%srunning %s again%s",
@@ -457,6 +457,17 @@ class OptunaSweep:
                  f"; {_numbers(left)} may still be running and stay RUNNING" if left else "")
         for batch in _consecutive_batches(to_run, self.n_jobs):
             self._run(study, batch, space, optuna, job_dirs)
+
+    def _abandon(self, study, trial, job_dir, reason: str, optuna) -> None:
+        """A stopped trial the study fails instead of continuing: its job directory's failure.json (a stop's,
+        which the summary reads as 'rerun to resume') says so too, so summary and study agree."""
+        trial.set_user_attr("fail_reason", reason)
+        self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
+        path = None if job_dir is None else os.path.join(str(self.config.hydra.sweep.dir), job_dir, "failure.json")
+        stop = load_json(path) if path is not None else None
+        if isinstance(stop, dict) and stop.get("error") == Preempted.__name__:
+            write_json(path, {**stop, "status": "failed", "error": UserError.__name__, "reason": reason,
+                              "user_error": True, "traceback": ""})
 
     def _settle_unreturned(self, study, trials: list, error: BaseException, optuna) -> None:
         """A launch that raised returned no job's result: a trial whose job ended before is told what its files say;
