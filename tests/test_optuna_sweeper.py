@@ -357,8 +357,8 @@ def test_with_resume_never_a_stopped_trial_fails_and_new_ones_follow(tmp_path, r
     assert trials[0].user_attrs["fail_reason"] == reason
     # its directory says so too: the summary called it stopped, to be resumed by a rerun that never would
     row = sweep_jobs.read_job(str(tmp_path / "0"), str(tmp_path))
-    assert (row["status"], row["reason"]) == ("failed", f"UserError: {reason}")
-    assert json.loads((tmp_path / "0" / "failure.json").read_text())["step"] == STOPPED["step"]  # where it stopped
+    assert (row["status"], row["reason"], row["steps"]) == ("failed", f"UserError: {reason} ({STOPPED['reason']})",
+                                                            STOPPED["step"])  # and what the stop said
 
 
 def test_a_stopped_trial_refused_under_other_settings_stays_stopped_for_the_sweeps_own_command(tmp_path,

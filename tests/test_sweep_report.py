@@ -198,7 +198,8 @@ def test_a_job_record_that_does_not_read_is_named_in_one_sentence(tmp_path, caps
                                        "sweep.\n")
 
 
-@pytest.mark.parametrize("where", ["optimized_metric", "a name among several", "hydra.yaml's direction"])
+@pytest.mark.parametrize("where", ["optimized_metric", "a name among several", "through a reference",
+                                   "hydra.yaml's direction"])
 def test_a_job_record_calling_a_resolver_is_refused_and_nothing_it_reads_is_shown(tmp_path, capsys, monkeypatch,
                                                                                    where):
     """A run saves what it ran with; `${oc.env:...}` in a sweep's job files was resolved by the report, which
@@ -206,32 +207,48 @@ def test_a_job_record_calling_a_resolver_is_refused_and_nothing_it_reads_is_show
     monkeypatch.setenv("ZOO_TEST_SECRET", "hunter2")
     write_job(tmp_path, "0", ["seed=0"], results=completed(0.9))
     write_job(tmp_path, "1", ["seed=1"], results=completed(0.8))
+    secret = "${oc.env:ZOO_TEST_SECRET}"
     record, key, text = {
-        "optimized_metric": ("config.yaml", "optimized_metric", "optimized_metric: ${oc.env:ZOO_TEST_SECRET}\n"),
-        "a name among several": ("config.yaml", "optimized_metric[1]",
-                                 "optimized_metric: [test/accuracy, '${oc.env:ZOO_TEST_SECRET}']\n"),
+        "optimized_metric": ("config.yaml", "optimized_metric", f"optimized_metric: {secret}\n"),
+        "a name among several": ("config.yaml", "optimized_metric",
+                                 f"optimized_metric: [test/accuracy, '{secret}']\n"),
+        "through a reference": ("config.yaml", "optimized_metric",
+                                f"optimized_metric: test/${{other}}\nother: '{secret}'\n"),
         "hydra.yaml's direction": ("hydra.yaml", "hydra.sweeper.direction",
-                                   "hydra:\n  sweeper:\n    direction: ${oc.env:ZOO_TEST_SECRET}\n"),
+                                   f"hydra:\n  sweeper:\n    direction: {secret}\n"),
     }[where]
     (tmp_path / "0" / ".hydra" / record).write_text(text)
     assert sweep_report.main([str(tmp_path)]) == 2
     out, err = capsys.readouterr()
-    value = text.split(": ", 1)[1].strip()
-    value = value.strip("[]").split(", ")[1].strip("'") if where == "a name among several" else value
-    assert err == (f"error: {tmp_path}/0/.hydra/{record} cannot be read (ValueError: {key} holds {value!r}, an "
-                   "interpolation other than another key's value, which the report does not resolve); repair it, "
-                   "or move that job's directory out of the sweep.\n")
+    assert err == (f"error: {tmp_path}/0/.hydra/{record} cannot be read (ValueError: {key} reads {secret!r}, an "
+                   "interpolation that calls a resolver, which the report does not run); repair it, or move that "
+                   "job's directory out of the sweep.\n")
     assert "hunter2" not in out + err and not list(tmp_path.glob("summary.*"))
 
 
-def test_a_job_record_referring_to_another_key_reads_as_omegaconf_reads_it(tmp_path):
+@pytest.mark.parametrize("text", [
+    "optimized_metric: ${chosen}\nchosen: ${dataset.objective}\ndataset:\n  objective: test/accuracy\n",
+    "optimized_metric: test/${dataset.metric}\ndataset:\n  metric: accuracy\n",  # text around a reference
+    "dataset:\n  metric: accuracy\n  objective: test/${.metric}\noptimized_metric: ${dataset.objective}\n",
+    "optimized_metric: ${metrics.1}\nmetrics: [test/loss, test/accuracy]\n",
+    "optimized_metric: test/accuracy\npaths:\n  data_dir: ${oc.env:HOME}/data\n",  # a resolver it does not read
+])
+def test_a_job_record_referring_to_other_keys_reads_as_omegaconf_reads_it(tmp_path, text):
     write_job(tmp_path, "0", ["seed=0", "paths.data_dir=${oc.env:HOME}/data"], results=completed(0.9))
-    (tmp_path / "0" / ".hydra" / "config.yaml").write_text(
-        "optimized_metric: ${chosen}\nchosen: ${dataset.objective}\ndataset:\n  objective: test/accuracy\n")
+    (tmp_path / "0" / ".hydra" / "config.yaml").write_text(text)
     expected = OmegaConf.load(tmp_path / "0" / ".hydra" / "config.yaml").optimized_metric
     assert sweep_report.recorded_objective(str(tmp_path / "0")) == expected == "test/accuracy"
     row = sweep_jobs.read_job(str(tmp_path / "0"), str(tmp_path))  # overrides as the command gave them
     assert row["overrides"] == ["seed=0", "paths.data_dir=${oc.env:HOME}/data"]
+
+
+def test_a_job_record_referring_to_a_key_it_lacks_is_named_not_read_as_the_default(tmp_path):
+    """The reference was read as null, and so the job as optimising the task's default metric."""
+    write_job(tmp_path, "0", ["seed=0"], results=completed(0.9))
+    (tmp_path / "0" / ".hydra" / "config.yaml").write_text("optimized_metric: ${nope}\n")
+    with pytest.raises(sweep_jobs.DamagedJob, match=r"config\.yaml cannot be read \(InterpolationKeyError: "
+                                                    r"Interpolation key 'nope' not found"):
+        sweep_report.recorded_objective(str(tmp_path / "0"))
 
 
 def test_a_grid_stopped_after_its_first_job_shows_what_it_swept_and_how_many_jobs_it_asked_for(tmp_path):

@@ -3,7 +3,6 @@ import functools
 import json
 import math
 import os
-import re
 
 import yaml
 from omegaconf import OmegaConf
@@ -22,67 +21,89 @@ class DamagedJob(UserError):
 
 def job_record(job_dir: str, name: str, only: tuple = ()):
     """The job's .hydra/<name> (config.yaml, hydra.yaml, overrides.yaml); DamagedJob if it does not read. `only`
-    (dotted keys): a config of just those keys (making the whole of a job's config takes ~4 ms here, and a
-    summary reads every job's)."""
+    (dotted keys): a config of just those keys, when none is an interpolation (which could name any other key;
+    making the whole of a job's config takes ~4 ms here, and a summary reads every job's), their values read
+    here as OmegaConf reads them, except that an interpolation calling a resolver (`${oc.env:HOME}`) is refused:
+    in a sweep's files it would have the report show what it reads on the machine making the report."""
     path = os.path.join(job_dir, ".hydra", name)
     try:
-        return load_config(path, only, follow=True)
+        record = load_config(path, only, neutral=bool(only))  # overrides.yaml is shown as written, never resolved
+        for key in only:
+            _refuse_resolvers(key, OmegaConf.select(record, key, default=None))
+        return record
     except Exception as e:  # noqa: BLE001 — YAML and OmegaConf raise many types for a damaged file
         raise DamagedJob(f"{path} cannot be read ({brief(e)}); repair it, or move that job's directory out of the "
                          "sweep.") from None
 
 
-def load_config(path: str, only: tuple = (), follow: bool = False):
+def load_config(path: str, only: tuple = (), neutral: bool = False):
     """OmegaConf.load(path), parsed by libyaml (OmegaConf's pure-Python parse of a job's config.yaml takes ~4.5 ms
-    here, libyaml's 0.4 ms); `only` as in job_record. `follow`: the values of `only`'s keys read as in _keys_of
-    (else as written, for a caller that never resolves them)."""
+    here, libyaml's 0.4 ms); `only` as in job_record. `neutral`: each string that calls a resolver is replaced by
+    a marker of itself, which no resolver reads (_refuse_resolvers names it where a value needed holds one)."""
     with open(path, encoding="utf-8") as f:
         obj = yaml.load(f, Loader=_omegaconf_rules_in_c())
     if only and isinstance(obj, dict):
-        obj = _keys_of(obj, only, follow)
+        subset = _keys_of(obj, only)
+        obj = obj if subset is None else subset
+    if neutral:
+        obj = _neutralised(obj)
     return OmegaConf.create() if obj is None else OmegaConf.create(obj)
 
 
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)\}")  # ${dataset.task}: another key's value
-
-
-def _keys_of(obj: dict, keys: tuple, follow: bool) -> dict:
-    """{the given dotted keys that `obj` holds, nested as in obj}, the nodes above them (and with `follow`, their
-    values) as OmegaConf would read them: a reference to another key (`${dataset.task}`) is that key's value; any
-    other interpolation raises ValueError: a resolver (`${oc.env:HOME}`) in a sweep's files would have its
-    report show whatever it reads on the machine that makes the report."""
+def _keys_of(obj: dict, keys: tuple):
+    """{the given dotted keys that `obj` holds, nested as in obj}, or None where one of them is, holds or lies
+    under an interpolation (the other keys beside them may hold any)."""
     subset = {}
     for key in keys:
         *parents, leaf = key.split(".")
         node, into = obj, subset
         for part in parents:
-            node = _followed(obj, node.get(part), f"{key} (at {part})") if isinstance(node, dict) else None
+            node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, str) and "${" in node:
+                return None
             into = into.setdefault(part, {})
         if isinstance(node, dict) and leaf in node:
-            into[leaf] = _followed(obj, node[leaf], key) if follow else node[leaf]
+            if "${" in str(node[leaf]):
+                return None
+            into[leaf] = node[leaf]
     return subset
 
 
-def _followed(root: dict, value, key: str, hops: int = 8):
-    """`value` with its references to other keys of `root` followed; ValueError for any other interpolation."""
-    for _ in range(hops):
-        if isinstance(value, list):  # a multi-objective sweep's names
-            return [_followed(root, v, f"{key}[{i}]") for i, v in enumerate(value)]
-        if not isinstance(value, str) or "${" not in value:
-            return value
-        reference = _REFERENCE.fullmatch(value)
-        if reference is None:
-            _refused(key, value)
-        node = root
-        for part in reference.group(1).split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        value = node
-    raise ValueError(f"{key} refers to other keys more than {hops} times over")
+_MARK = "\x00resolver\x00"  # no YAML file holds it: a value the report reads holds it only through a resolver
 
 
-def _refused(key: str, value):
-    raise ValueError(f"{key} holds {value!r}, an interpolation other than another key's value, which the report "
-                     "does not resolve")
+def _neutralised(obj):
+    if isinstance(obj, dict):
+        return {k: _neutralised(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_neutralised(v) for v in obj]
+    if isinstance(obj, str) and "${" in obj and _calls_a_resolver(obj):
+        return _MARK + obj.replace("$", "\\$")  # escaped: OmegaConf reads the text as written
+    return obj
+
+
+def _calls_a_resolver(text: str) -> bool:
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+    from omegaconf.grammar_parser import parse
+
+    def walk(node) -> bool:
+        return isinstance(node, OmegaConfGrammarParser.InterpolationResolverContext) or any(
+            walk(child) for child in getattr(node, "children", None) or ())
+
+    try:
+        return walk(parse(text))
+    except Exception:  # noqa: BLE001 — not valid grammar: OmegaConf refuses it when read, calling nothing
+        return False
+
+
+def _refuse_resolvers(key: str, value) -> None:
+    """ValueError when `value` (resolved, as OmegaConf reads it) took a string that calls a resolver."""
+    value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    for text in (value if isinstance(value, list) else [value]):
+        if isinstance(text, str) and _MARK in text:
+            written = text.split(_MARK, 1)[1].replace("\\$", "$")
+            raise ValueError(f"{key} reads {written!r}, an interpolation that calls a resolver, which the report "
+                             "does not run")
 
 
 @functools.cache
@@ -146,8 +167,7 @@ def read_job(job_dir: str, root: str) -> dict:
         status = ("pruned" if failure.get("status") == "pruned" else
                   "stopped" if failure.get("error") == Preempted.__name__ else "failed")  # stopped: rerun resumes it
         row.update(status=status, reason=f"{failure.get('error', 'Error')}: {failure.get('reason', '')}")
-        if status == "stopped":  # the step the stop reached
-            row["steps"] = _number(failure.get("step"))
+        row["steps"] = _number(failure.get("step"))  # the step a stop reached (a stopped trial the study failed too)
         if row["status"] == "pruned":  # its last eval, the one the pruner judged, stands in its metric columns
             row.update(_last_eval(os.path.join(job_dir, "metrics.jsonl")))
     return row

@@ -465,9 +465,9 @@ class OptunaSweep:
         self._finish(study, trial, state=optuna.trial.TrialState.FAIL)
         path = None if job_dir is None else os.path.join(str(self.config.hydra.sweep.dir), job_dir, "failure.json")
         stop = load_json(path) if path is not None else None
-        if isinstance(stop, dict) and stop.get("error") == Preempted.__name__:
-            write_json(path, {**stop, "status": "failed", "error": UserError.__name__, "reason": reason,
-                              "user_error": True, "traceback": ""})
+        if isinstance(stop, dict) and stop.get("error") == Preempted.__name__:  # the stop's record is kept in it
+            write_json(path, {**stop, "status": "failed", "error": UserError.__name__, "user_error": True,
+                              "reason": f"{reason} ({stop.get('reason')})"})
 
     def _settle_unreturned(self, study, trials: list, error: BaseException, optuna) -> None:
         """A launch that raised returned no job's result: a trial whose job ended before is told what its files say;
