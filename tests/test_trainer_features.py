@@ -233,9 +233,11 @@ def test_early_stopping_reports_the_final_state_as_its_best_when_it_beats_every_
     stopping = results["early_stopping"]
     assert stopping["stopped_step"] is None and stopping["best_checkpoint_step"] == 6  # the loss falls to the end
     assert (stopping["best_step"], stopping["best"], stopping["bad_evals"]) == (6, results["test"]["loss"], 0)
-    periodic = [r["loss"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")
-                if r["split"] == "test" and not r.get("final")]
-    assert results["test"]["loss"] < min(periodic)
+    rows = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["split"] == "test" and not r.get("final")]
+    assert results["test"]["loss"] < min(r["loss"] for r in rows[:2])
+    # the final state's eval, which patience counted, is a row too (the log had none of it), marked as the end's
+    assert [(r["step"], r.get("end")) for r in rows] == [(2, None), (4, None), (6, True)]
+    assert rows[2]["loss"] == pytest.approx(results["test"]["loss"], rel=1e-6)
 
 
 def test_the_final_eval_of_a_run_patience_did_not_stop_counts_as_a_bad_eval_where_it_does_not_improve(make_cfg):

@@ -58,12 +58,14 @@ class RunOutputs:
     def end_step(self) -> int:
         return self.start_step if self.early and self.early.stopped_step else self.total_steps  # stopped stays so
 
-    def reported_state(self, host_state, periodic_metrics):
+    def reported_state(self, host_state, periodic_metrics, periodic_split: str):
         """Early stopping reports its best checkpoint, the final state competing (saved first with its periodic
-        eval, `periodic_metrics`, needed only when the run was not stopped early); None without early stopping."""
+        eval, `periodic_metrics`, needed only when the run was not stopped early, and logged as that split's row
+        at the last step, as any eval patience counts); None without early stopping."""
         if self.early is None:
             return None
         if self.early.stopped_step is None:
+            self.logger.log(self.total_steps, periodic_split, periodic_metrics, end=True)
             self.save(self.total_steps, host_state, self.zero_sums, periodic_metrics)
         best_step, host_state = restore_best(self.ckpts, self.target)
         # a run patience did not stop: the final state's eval counts as one more, whichever checkpoint it reports

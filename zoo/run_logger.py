@@ -110,6 +110,12 @@ class TensorBoardWriter:
         self._writer.close()
 
 
+def _of_the_end(record: dict) -> bool:
+    """A record a run's end wrote (its final evals, or early stopping's eval of its final state): redone by a
+    rerun that finishes again, dropped by a run lengthened from there."""
+    return bool(record.get("final") or record.get("end"))
+
+
 class RunLogger:
     def __init__(self, out_dir: str, cfg, total_steps: int, start_step: int = 0, enabled: bool = True,
                  learning_rate=None, plot_in_background: bool = False):
@@ -144,10 +150,10 @@ class RunLogger:
         redone = start_step
         if os.path.exists(path):
             records, torn = _read_records(path)
-            history.extend(r for r in records if r["step"] <= start_step and not r.get("final"))
+            history.extend(r for r in records if r["step"] <= start_step and not _of_the_end(r))
             if len(history) < len(records) or torn:  # a torn line goes too: the next record would continue it
                 write_text(path, "".join(json.dumps(r) + "\n" for r in history))
-                redone = min([start_step] + [r["step"] for r in records if r.get("final")])
+                redone = min([start_step] + [r["step"] for r in records if _of_the_end(r)])
         self._jsonl = open(path, "a" if history else "w")
         return redone
 
@@ -168,11 +174,14 @@ class RunLogger:
             extras["gflop_s"] = metrics["examples_per_s"] * self.train_flops_per_example / 1e9
         return extras
 
-    def log(self, step: int, split: str, metrics: dict, final: bool = False) -> None:
-        """`final`: an eval of the finished run (marked in metrics.jsonl), not a periodic one."""
+    def log(self, step: int, split: str, metrics: dict, final: bool = False, end: bool = False) -> None:
+        """`final`: an eval of the finished run (marked in metrics.jsonl), not a periodic one. `end`: the periodic
+        split's eval of the final state of a run early stopping did not stop (marked: like the final ones, a run
+        lengthened from there drops it, as a run trained that long at once makes none there)."""
         if split == "train":
             metrics = {**metrics, **self._train_extras(step, metrics)}
-        record = {"step": step, "split": split, **metrics, **({"final": True} if final else {})}
+        record = {"step": step, "split": split, **metrics, **({"final": True} if final else {}),
+                  **({"end": True} if end else {})}
         self.history.append(record)
         if not self.enabled:
             return

@@ -268,7 +268,7 @@ def _finish(cfg: DictConfig, run: Run, out, state, step: int, train_metrics: dic
         periodic = None
         if out.early.stopped_step is None:
             periodic = evaluate(state, compiled, *next(iter(run.eval_sets.values())))
-        state = mode.put_state(out.reported_state(mode.get(state), periodic))
+        state = mode.put_state(out.reported_state(mode.get(state), periodic, next(iter(run.eval_sets))))
     split_metrics = {split: evaluate(state, compiled, batches, count)
                      for split, (batches, count) in run.eval_sets.items()}
     extras = result_extras(cfg, step, out.start_step, time.perf_counter() - t0, examples_per_s, mode.num_devices,

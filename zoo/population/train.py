@@ -294,7 +294,7 @@ def _finish(program, run: list, cfgs: list, states, task, total_steps: int, eval
     host = jax.device_get(states)
     if any(m.outputs.early is not None for m in run):
         writer.wait()  # early stopping reports a member's best checkpoint, read back from disk
-    finals = _reported_states(program, run, host, eval_sets[periodic], task)
+    finals = _reported_states(program, run, host, periodic, eval_sets[periodic], task)
     placed = program.put_members(stack(_padded(finals, program.size)))
     split_metrics = {s: evaluate_members(program, placed, b, count, task, len(run)) for s, (b, count) in
                      eval_sets.items()}
@@ -342,7 +342,7 @@ def _save_finals(run: list, finals: list, split_metrics: dict, writer) -> None:
             m.error = e
 
 
-def _reported_states(program, run, host, periodic_set, task) -> list:
+def _reported_states(program, run, host, periodic_split: str, periodic_set, task) -> list:
     """Each member's state to report: its final one, or with early stopping its best checkpoint's."""
     states = [member(host, i) for i in range(len(run))]
     if not any(m.outputs.early is not None and m.error is None for m in run):
@@ -353,7 +353,7 @@ def _reported_states(program, run, host, periodic_set, task) -> list:
         if m.error is None:
             try:
                 with member_lines(m.outputs.cfg.paths.output_dir):
-                    best = m.outputs.reported_state(states[i], periodic[i])
+                    best = m.outputs.reported_state(states[i], periodic[i], periodic_split)
             except UserError as e:  # its best checkpoint cannot be written or read back: it alone fails
                 m.error, best = e, None
             states[i] = states[i] if best is None else best
