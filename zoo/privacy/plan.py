@@ -173,10 +173,11 @@ class EpsilonLogger:
     def __init__(self, logger, plan: PrivacyPlan):
         self._logger, self._plan = logger, plan
 
-    def log(self, step: int, split: str, metrics: dict, final: bool = False) -> None:
+    def log(self, step: int, split: str, metrics: dict, **marks) -> None:
+        """RunLogger.log, with each train record's epsilon; `marks` (final, end) as it takes them."""
         if split == "train" and self._plan.noise_multiplier > 0:  # without noise there is no epsilon to log
             metrics = {**metrics, "epsilon": self._plan.epsilon(step)}
-        self._logger.log(step, split, metrics, final=final)
+        self._logger.log(step, split, metrics, **marks)
 
     def __getattr__(self, name):
         return getattr(self._logger, name)
