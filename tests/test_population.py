@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 
@@ -443,6 +444,36 @@ def test_members_spread_over_cpu_devices_need_no_collectives(make_cfg, monkeypat
     assert "num_partitions=2" in texts[0]
     assert not re.search(r"all-reduce|all-gather|collective-permute|all-to-all|reduce-scatter", texts[0])
     assert "__ynn_fusion" not in texts[0]  # XLA's batched matmuls: faster here than YNNPACK's (zoo.parallel.compiler)
+
+
+@pytest.mark.parametrize("devices", ["parallel.mode=none", "parallel.mode=sharded"])
+def test_the_train_and_eval_programs_are_compiled_ahead_and_the_loop_compiles_nothing(make_cfg, monkeypatch,
+                                                                                       devices):
+    """compile_ahead's programs are the ones the loop calls: built for other arguments than the calls pass
+    (another sharding, dtype or call length), the loop would trace and compile them again on the host's critical
+    path."""
+    compiles, fitting, fit = [], [], population_train.fit_population
+    loop_thread = threading.get_ident()  # compile_ahead's own threads may still be compiling when the loop starts
+
+    def compiled(event, seconds, **_):  # tracing, lowering, compiling: none of them is cached on disk
+        if event.startswith("/jax/core/compile/") and fitting and threading.get_ident() == loop_thread:
+            compiles.append(event)
+
+    def fit_counting_compiles(*args, **kwargs):
+        fitting.append(True)
+        try:
+            return fit(*args, **kwargs)
+        finally:
+            fitting.clear()
+
+    monkeypatch.setattr(population_train, "fit_population", fit_counting_compiles)
+    jax.monitoring.register_event_duration_secs_listener(compiled)
+    try:
+        outcomes = train_population(configs(make_cfg, "ahead", devices, "parallel.cpu_devices=2"))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(compiled)
+    assert all(isinstance(o, dict) for o in outcomes)
+    assert compiles == []
 
 
 def test_a_population_launchers_process_gives_runs_one_cpu_device_as_usual(tmp_path):

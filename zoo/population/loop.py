@@ -54,13 +54,12 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
     null (as zoo.train chooses it). Members that fail or are pruned get `error` set. The checkpoints due go to
     `writer` (a CheckpointWriter), which may still be writing them on return."""
     log_every = log_period(cfg)
-    saving = any(m.outputs.ckpts is not None for m in members)  # as zoo.train: no split nor copy without them
+    saving = _saving(members)
     checkpoint_every = cfg.checkpoint_every if saving else 0
     eval_every, each_step = cfg.eval_every, cfg.nan_check == "step"
     for m in members:
         m.end = m.outputs.end_step
-    step = min([m.outputs.start_step for m in members if m.error is None] + [total_steps])
-    length = call_length(cfg, steps_per_call, total_steps - step, saving=saving)
+    step, length = first_call(members, cfg, total_steps, steps_per_call)
     interval_start, t_log = step, time.perf_counter()
     writes = []  # (member, write): the checkpoints due at the last boundary, checked and described already
     if eval_every and step % eval_every == 0 and step < total_steps:  # members lengthened from a run ending here
@@ -100,6 +99,16 @@ def fit_population(program, states, accs, members: list, hyper, cfg, total_steps
             break
     writer.submit(writes)  # at the end or a stop: train_population waits for them before deciding outcomes
     return states, step
+
+
+def _saving(members: list) -> bool:
+    return any(m.outputs.ckpts is not None for m in members)  # as zoo.train: no split nor copy without them
+
+
+def first_call(members: list, cfg, total_steps: int, steps_per_call: int = DEFAULT_STEPS_PER_CALL) -> tuple:
+    """(the step fit_population starts at, the steps of each of its train calls) for these members."""
+    step = min([m.outputs.start_step for m in members if m.error is None] + [total_steps])
+    return step, call_length(cfg, steps_per_call, total_steps - step, saving=_saving(members))
 
 
 def _member_rows(members, step: int, k: int, chunk_size: int, padded: int):

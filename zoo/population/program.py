@@ -6,6 +6,8 @@ and gathers there, so the batches are exactly those of each member's solo run. W
 population axis is sharded across them (parallel=sharded, or on CPU one device per core: see
 zoo.population.train.member_devices): each device trains its share of the members.
 """
+import threading
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -30,6 +32,32 @@ class PopulationProgram:
                               donate_argnums=(0, 1), compiler_options=compiler_options())
         self._eval = jax.jit(jax.vmap(eval_step, in_axes=(0, 0, None)), in_shardings=(m, m, r),
                              out_shardings=m, donate_argnums=1, compiler_options=compiler_options())
+        self._compiling = {}  # program name -> the thread compiling it ahead (compile_ahead)
+
+    def compile_ahead(self, state, hyper, steps: int, batch_size: int, eval_batch) -> None:
+        """Start compiling the train and eval programs, each on a thread of its own, for the arguments the loop
+        will pass them: one member's `state` and traced hyperparameters `hyper` (stacked here to the population's
+        size), calls of `steps` steps of `batch_size` indices, eval batches like `eval_batch`. XLA compiles without
+        holding the GIL, so the two programs compile side by side while the host goes on preparing the members;
+        each first call waits for its own program and finds it in jit's cache."""
+        def stacked(tree, dtype=None):
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((self.size, *np.shape(x)),
+                                                               dtype or np.asarray(x).dtype, sharding=self.members),
+                                tree)
+
+        states, accs = stacked(state), stacked(self.zero_sums)
+        # the indices cross from the host each call, uncommitted: a sharding here would make another program
+        idx = {"idx": jax.ShapeDtypeStruct((self.size, steps, batch_size), np.int32)}
+        batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype,
+                                                            sharding=self.replicated), eval_batch)
+        self._compiling = {"train": _compile_on_thread(self._train, states, accs, idx, self.rows,
+                                                    stacked(hyper, np.float32)),
+                           "eval": _compile_on_thread(self._eval, states, accs, batch)}
+
+    def _compiled(self, program: str) -> None:
+        thread = self._compiling.pop(program, None)
+        if thread is not None:
+            thread.join()
 
     def zero_accs(self):
         return self.put_members(stack([self.zero_sums] * self.size))
@@ -41,10 +69,24 @@ class PopulationProgram:
         return jax.device_put(tree, self.replicated)
 
     def train_chunk(self, states, accs, idx, mask, hyper):
+        self._compiled("train")
         return self._train(states, accs, {"idx": fold_mask(idx, mask)}, self.rows, hyper)
 
     def eval_step(self, states, accs, batch):
+        self._compiled("eval")
         return self._eval(states, accs, batch)
+
+
+def _compile_on_thread(program, *args) -> threading.Thread:
+    def compile_program():
+        try:
+            program.lower(*args).compile()
+        except Exception:  # noqa: BLE001 — the program's first call compiles it again and raises the error there
+            pass
+
+    thread = threading.Thread(target=compile_program, name="zoo-population-compile", daemon=True)
+    thread.start()
+    return thread
 
 
 def stack(trees: list):

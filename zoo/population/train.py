@@ -25,7 +25,7 @@ from zoo.outputs import open_outputs
 from zoo.parallel import check_batch_divides, cpu_cores, select_devices
 from zoo.population.grouping import check_one_group
 from zoo.population.logs import MemberLogs, member_lines
-from zoo.population.loop import CheckpointWriter, Member, evaluate_members, fit_population
+from zoo.population.loop import CheckpointWriter, Member, evaluate_members, first_call, fit_population
 from zoo.population.program import PopulationProgram, member, stack
 from zoo.preemption import preempted, stop_on_signals
 from zoo.state import create_state
@@ -175,10 +175,13 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                 outcomes[i] = e  # as its job under the basic launcher: the others train
         if not members:
             return outcomes
+        run = [m for _, m in members]
         program = PopulationProgram(devices, train_chunk, eval_step, train_split, zero, len(members))
+        steps_per_call = default_steps_per_call(unroll)
+        program.compile_ahead(initial[0][1], hypers[members[0][0]], first_call(run, cfg.trainer, total_steps,
+                              steps_per_call)[1], cfg.trainer.batch_size, next(iter(host_batches.values()))[0])
         eval_sets = {s: ([program.put_replicated(b) for b in batches], len(data.splits[s]))
                      for s, batches in host_batches.items()}
-        run = [m for _, m in members]
         model = count_parameters(initial[0][1].params)
         if cfg.logger.summary:  # FLOPs of one member's solo step from the resident split, as its solo run counts
             solo_step = jax.jit(functools.partial(train_chunk, hyper=hypers[0]))
@@ -188,7 +191,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                                     (state, zero, next(iter(host_batches.values()))[0]), 1))
         model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
         _train(program, run, [cfgs[i] for i, _ in members], [hypers[i] for i, _ in members], task, total_steps,
-               eval_sets, model, t0, steps_per_call=default_steps_per_call(unroll))
+               eval_sets, model, t0, steps_per_call)
     finally:
         try:
             for _, m in members:
