@@ -23,6 +23,7 @@ from zoo.data import TrainStream
 from zoo.data.feed import fold_mask
 from zoo.errors import UserError
 from zoo.loop import NonFiniteLoss
+import zoo.population.program as population_program
 import zoo.population.train as population_train
 import zoo.train
 from zoo.population.grouping import group_indices
@@ -467,6 +468,7 @@ def test_the_train_and_eval_programs_are_compiled_ahead_and_the_loop_compiles_no
             fitting.clear()
 
     monkeypatch.setattr(population_train, "fit_population", fit_counting_compiles)
+    slow_compiles(monkeypatch)  # a first call that did not wait for its program would compile it again itself
     jax.monitoring.register_event_duration_secs_listener(compiled)
     try:
         outcomes = train_population(configs(make_cfg, "ahead", devices, "parallel.cpu_devices=2"))
@@ -474,6 +476,37 @@ def test_the_train_and_eval_programs_are_compiled_ahead_and_the_loop_compiles_no
         jax.monitoring.unregister_event_duration_listener(compiled)
     assert all(isinstance(o, dict) for o in outcomes)
     assert compiles == []
+
+
+def slow_compiles(monkeypatch, seconds=0.5):
+    """Programs compiled ahead take `seconds` longer to start compiling."""
+    compile_on_thread = population_program._compile_on_thread
+
+    class Slow:
+        def __init__(self, traced):
+            self.traced = traced
+
+        def lower(self):
+            time.sleep(seconds)
+            return self.traced.lower()
+
+    monkeypatch.setattr(population_program, "_compile_on_thread", lambda name, traced: compile_on_thread(
+        name, Slow(traced)))
+
+
+def test_a_group_ended_before_its_programs_ran_leaves_none_compiling(make_cfg, monkeypatch):
+    def compiling():
+        return [t for t in threading.enumerate() if t.name == "zoo-population-compile"]
+
+    def failing_report(*args, **kwargs):
+        assert compiling(), "the programs are compiled ahead while the group is prepared"
+        raise RuntimeError("the group ends here")
+
+    slow_compiles(monkeypatch)
+    monkeypatch.setattr(population_train, "report", failing_report)
+    with pytest.raises(RuntimeError, match="the group ends here"):
+        train_population(configs(make_cfg, "ended", "optimizer=sgd"))
+    assert compiling() == []
 
 
 def test_a_population_launchers_process_gives_runs_one_cpu_device_as_usual(tmp_path):

@@ -6,6 +6,7 @@ and gathers there, so the batches are exactly those of each member's solo run. W
 population axis is sharded across them (parallel=sharded, or on CPU one device per core: see
 zoo.population.train.member_devices): each device trains its share of the members.
 """
+import logging
 import threading
 
 import jax
@@ -14,6 +15,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from zoo.data.feed import fold_mask
 from zoo.parallel.compiler import compiler_options
+
+log = logging.getLogger("zoo")
 
 
 class PopulationProgram:
@@ -34,30 +37,42 @@ class PopulationProgram:
                              out_shardings=m, donate_argnums=1, compiler_options=compiler_options())
         self._compiling = {}  # program name -> the thread compiling it ahead (compile_ahead)
 
-    def compile_ahead(self, state, hyper, steps: int, batch_size: int, eval_batch) -> None:
-        """Start compiling the train and eval programs, each on a thread of its own, for the arguments the loop
-        will pass them: one member's `state` and traced hyperparameters `hyper` (stacked here to the population's
-        size), calls of `steps` steps of `batch_size` indices, eval batches like `eval_batch`. XLA compiles without
-        holding the GIL, so the two programs compile side by side while the host goes on preparing the members;
-        each first call waits for its own program and finds it in jit's cache."""
-        def stacked(tree, dtype=None):
-            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((self.size, *np.shape(x)),
-                                                               dtype or np.asarray(x).dtype, sharding=self.members),
-                                tree)
+    def compile_ahead(self, state, hyper, steps: int, batch_size: int, eval_batch, train: bool = True) -> None:
+        """Start compiling the train and eval programs for the arguments the loop will pass them: one member's
+        `state` and traced hyperparameters `hyper` (stacked here to the population's size), calls of `steps` steps
+        of `batch_size` indices, eval batches like `eval_batch`; `train` false where no member has a step left.
+        Each program is traced here, on the thread that reads the members' configs (OmegaConf is not for two
+        threads at once), then lowered and compiled on a thread of its own: XLA compiles without holding the GIL,
+        so the two compile side by side while the host goes on preparing the members. Each first call waits for
+        its own program and finds it in jit's cache."""
+        def abstract(tree, size: tuple, dtype=None, sharding=None):
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((*size, *np.shape(x)), dtype or _dtype(x),
+                                                               sharding=sharding), tree)
 
-        states, accs = stacked(state), stacked(self.zero_sums)
-        # the indices cross from the host each call, uncommitted: a sharding here would make another program
-        idx = {"idx": jax.ShapeDtypeStruct((self.size, steps, batch_size), np.int32)}
-        batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype,
-                                                            sharding=self.replicated), eval_batch)
-        self._compiling = {"train": _compile_on_thread(self._train, states, accs, idx, self.rows,
-                                                    stacked(hyper, np.float32)),
-                           "eval": _compile_on_thread(self._eval, states, accs, batch)}
+        states = abstract(state, (self.size,), sharding=self.members)
+        accs = abstract(self.zero_sums, (self.size,), sharding=self.members)
+        try:
+            traced = {"eval": self._eval.trace(states, accs, abstract(eval_batch, (), sharding=self.replicated))}
+            if train:
+                # the indices cross from the host each call, uncommitted: a sharding here would make another program
+                idx = {"idx": jax.ShapeDtypeStruct((self.size, steps, batch_size), np.int32)}
+                hypers = abstract(hyper, (self.size,), np.float32, self.members)
+                traced["train"] = self._train.trace(states, accs, idx, self.rows, hypers)
+        except Exception as e:  # noqa: BLE001 — the program's first call traces it again and raises the error there
+            log.debug("the population's programs are not compiled ahead: %s", e)
+            return
+        self._compiling = {name: _compile_on_thread(name, t) for name, t in traced.items()}
 
     def _compiled(self, program: str) -> None:
         thread = self._compiling.pop(program, None)
         if thread is not None:
             thread.join()
+
+    def close(self) -> None:
+        """Wait for the programs still compiling ahead (one whose call never came: a group ended early): no thread
+        of this group compiles on into the next group or the interpreter's exit."""
+        for program in list(self._compiling):
+            self._compiled(program)
 
     def zero_accs(self):
         return self.put_members(stack([self.zero_sums] * self.size))
@@ -77,16 +92,20 @@ class PopulationProgram:
         return self._eval(states, accs, batch)
 
 
-def _compile_on_thread(program, *args) -> threading.Thread:
+def _compile_on_thread(name: str, traced) -> threading.Thread:
     def compile_program():
         try:
-            program.lower(*args).compile()
-        except Exception:  # noqa: BLE001 — the program's first call compiles it again and raises the error there
-            pass
+            traced.lower().compile()
+        except Exception as e:  # noqa: BLE001 — the program's first call compiles it again and raises the error there
+            log.debug("compiling the population's %s program ahead failed: %s", name, e)
 
     thread = threading.Thread(target=compile_program, name="zoo-population-compile", daemon=True)
     thread.start()
     return thread
+
+
+def _dtype(x):
+    return x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype  # a device array's without copying it to the host
 
 
 def stack(trees: list):

@@ -151,7 +151,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
     eval_step = eval_step_for(cfg, eval_step)
     host_batches = eval_host_batches(data, cfg.trainer.eval_batch_size)
     zero = zero_sums(initial[0][1], host_batches["test"][0])
-    members, outcomes, logs = [], [None] * len(cfgs), MemberLogs()
+    members, outcomes, logs, program = [], [None] * len(cfgs), MemberLogs(), None
     try:  # every member opened is closed, whatever ends the group
         for i, (c, (_, host_state)) in enumerate(zip(cfgs, initial)):
             out = None
@@ -178,8 +178,9 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
         run = [m for _, m in members]
         program = PopulationProgram(devices, train_chunk, eval_step, train_split, zero, len(members))
         steps_per_call = default_steps_per_call(unroll)
-        program.compile_ahead(initial[0][1], hypers[members[0][0]], first_call(run, cfg.trainer, total_steps,
-                              steps_per_call)[1], cfg.trainer.batch_size, next(iter(host_batches.values()))[0])
+        start, length = first_call(run, cfg.trainer, total_steps, steps_per_call)
+        program.compile_ahead(initial[0][1], hypers[members[0][0]], length, cfg.trainer.batch_size,
+                              next(iter(host_batches.values()))[0], train=start < total_steps)
         eval_sets = {s: ([program.put_replicated(b) for b in batches], len(data.splits[s]))
                      for s, batches in host_batches.items()}
         model = count_parameters(initial[0][1].params)
@@ -194,6 +195,8 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
                eval_sets, model, t0, steps_per_call)
     finally:
         try:
+            if program is not None:
+                program.close()
             for _, m in members:
                 m.outputs.close()
         finally:  # a failed close must not leave the members' log files attached to later jobs
