@@ -179,8 +179,9 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
         program = PopulationProgram(devices, train_chunk, eval_step, train_split, zero, len(members))
         steps_per_call = default_steps_per_call(unroll)
         start, length = first_call(run, cfg.trainer, total_steps, steps_per_call)
-        program.compile_ahead(initial[0][1], hypers[members[0][0]], length, cfg.trainer.batch_size,
-                              next(iter(host_batches.values()))[0], train=start < total_steps)
+        eval_batch = next(iter(host_batches.values()))[0]  # every split's batches share its shape
+        program.compile_ahead(initial[0][1], hypers[members[0][0]], length, cfg.trainer.batch_size, eval_batch,
+                              train=start < total_steps)
         eval_sets = {s: ([program.put_replicated(b) for b in batches], len(data.splits[s]))
                      for s, batches in host_batches.items()}
         model = count_parameters(initial[0][1].params)
@@ -189,7 +190,7 @@ def _train_valid(cfgs: list, hydra_cfgs: list) -> list:
             state, one_step = initial[0][1], {"idx": fold_mask(*streams[0].indices(0, 1))}
             rows = {"x": train_split.x, "y": train_split.y}
             model.update(step_flops(solo_step, (state, zero, one_step, rows), jax.jit(eval_step),
-                                    (state, zero, next(iter(host_batches.values()))[0]), 1))
+                                    (state, zero, eval_batch), 1))
         model = report(cfg, model, cfg.trainer.batch_size, [m.outputs.logger for m in run])
         _train(program, run, [cfgs[i] for i, _ in members], [hypers[i] for i, _ in members], task, total_steps,
                eval_sets, model, t0, steps_per_call)
